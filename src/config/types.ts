@@ -1,0 +1,91 @@
+// The effective configuration, after ${ENV} substitution, *_file resolution and defaults.
+// The zod schema in schema.ts produces exactly this shape (checked at compile time there).
+import type { ServiceKind } from '../pipeline/change.types.js';
+
+export interface SourceConfig {
+  name: string;
+  service: ServiceKind;
+  /** Without trailing slash; the feed is `${base_url}/api/events`. */
+  base_url: string;
+  username: string;
+  password: string;
+  format: 'json' | 'xml';
+  event_types: string[];
+  expand_subject: boolean;
+  expand_source: boolean;
+  /** 'latest' | 'earliest' | a decimal event id. */
+  start_from: 'latest' | 'earliest' | number;
+  poll_interval_ms: number;
+  timeout_ms: number;
+  subject_concurrency: number;
+}
+
+export interface SinkFilter {
+  sources: string[];
+  services: string[];
+  event_types: string[];
+  resource_types: string[];
+}
+
+interface SinkBase {
+  name: string;
+  filter: SinkFilter;
+}
+export interface JsonlSinkConfig extends SinkBase {
+  type: 'jsonl';
+  path: string;
+}
+export interface WebhookSinkConfig extends SinkBase {
+  type: 'webhook';
+  url: string;
+  secret?: string;
+  timeout_ms: number;
+}
+export interface SqliteSinkConfig extends SinkBase {
+  type: 'sqlite';
+  path: string;
+}
+export interface ModuleSinkConfig extends SinkBase {
+  type: 'module';
+  /** Resolved to an absolute path (relative to the config file's directory). */
+  module: string;
+  options: Record<string, unknown>;
+}
+export type SinkConfig = JsonlSinkConfig | WebhookSinkConfig | SqliteSinkConfig | ModuleSinkConfig;
+
+export interface QueueConfig {
+  driver: 'local' | 'bullmq';
+  redis_url?: string;
+  prefix: string;
+  attempts: number;
+  backoff_ms: number;
+  max_backoff_ms: number;
+  concurrency: number;
+  /** Pollers pause while any sink has more than this many undelivered changes. */
+  max_backlog: number;
+  /** bullmq: completed jobs kept this long so a re-add after a crash is a no-op. */
+  retain_completed_ms: number;
+  /** bullmq: and at most this many per queue. */
+  retain_completed_count: number;
+  /** bullmq: per-subject order shards per sink (global concurrency 1 each). */
+  shards: number;
+}
+
+export interface FeedsyncConfig {
+  shutdown_timeout_ms: number;
+  store: { path: string };
+  queue: QueueConfig;
+  sources: SourceConfig[];
+  sinks: SinkConfig[];
+  http: { host: string; port: number };
+  log: { level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent' };
+}
+
+/** A loaded config plus where it came from. */
+export interface LoadedConfig {
+  config: FeedsyncConfig;
+  /** Absolute path of the file, or undefined for embedded defaults. */
+  file?: string;
+  /** Directory relative paths resolve against. */
+  dir: string;
+}

@@ -1,0 +1,104 @@
+// The few typed errors that decide "retry" versus "give up". Every message names the culprit
+// (a URL, a config key path, a sink) and never carries a credential.
+
+/** Base class so callers can tell our own, already-explained failures from bugs. */
+export class FeedsyncError extends Error {
+  override name = 'FeedsyncError';
+  /** Whether repeating the same operation later can succeed. */
+  readonly retryable: boolean;
+  constructor(message: string, retryable: boolean, options?: { cause?: unknown }) {
+    super(message, options);
+    this.retryable = retryable;
+  }
+}
+
+/** The configuration is invalid; `path` is the offending key path (e.g. `sources[0].base_url`). */
+export class ConfigError extends FeedsyncError {
+  override name = 'ConfigError';
+  constructor(
+    readonly path: string,
+    message: string,
+  ) {
+    super(path ? `${path}: ${message}` : message, false);
+  }
+}
+
+/** Connection refused/reset, DNS, socket hang-up, or no response within `timeout_ms`. */
+export class UpstreamTransportError extends FeedsyncError {
+  override name = 'UpstreamTransportError';
+  constructor(
+    readonly url: string,
+    readonly code: 'timeout' | 'network',
+    detail: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`${code === 'timeout' ? 'timed out' : 'network error'} on GET ${url}: ${detail}`, true, options);
+  }
+}
+
+/** A non-2xx answer other than 404 (404 is a value, not an error). 5xx/429/408 are retryable. */
+export class UpstreamHttpError extends FeedsyncError {
+  override name = 'UpstreamHttpError';
+  constructor(
+    readonly url: string,
+    readonly status: number,
+    detail: string,
+    /** From Retry-After, when the server sent one. */
+    readonly retryAfterMs?: number,
+  ) {
+    super(
+      `HTTP ${status} on GET ${url}${detail ? `: ${detail}` : ''}`,
+      status >= 500 || status === 429 || status === 408,
+    );
+  }
+}
+
+/** 401 after a fresh digest challenge: the credentials are wrong. Retried slowly by the poller only. */
+export class UpstreamAuthError extends FeedsyncError {
+  override name = 'UpstreamAuthError';
+  constructor(
+    readonly url: string,
+    detail: string,
+  ) {
+    super(`authentication failed on GET ${url}: ${detail} (check the source's username and password)`, false);
+  }
+}
+
+/** The body could not be turned into a resource: malformed/truncated XML or JSON, HTML, wrong type. */
+export class DecodeError extends FeedsyncError {
+  override name = 'DecodeError';
+  constructor(
+    readonly url: string,
+    readonly reason: string,
+  ) {
+    // A bad body is usually a transient upstream problem (truncation, proxy error page): retry.
+    super(`cannot decode response of GET ${url}: ${reason}`, true);
+  }
+}
+
+/** Thrown by a sink: the delivery may succeed later (network, 5xx, 429). */
+export class RetryLaterError extends FeedsyncError {
+  override name = 'RetryLaterError';
+  constructor(
+    message: string,
+    /** Minimum wait the receiver asked for (Retry-After), if any. */
+    readonly retryAfterMs?: number,
+    options?: { cause?: unknown },
+  ) {
+    super(message, true, options);
+  }
+}
+
+/** Thrown by a sink: this change can never be delivered (e.g. HTTP 400); dead-letter it at once. */
+export class NeverError extends FeedsyncError {
+  override name = 'NeverError';
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, false, options);
+  }
+}
+
+/** Message of anything thrown, for logs; never includes stack traces of non-errors. */
+export function errorMessage(err: unknown): string {
+  if (err instanceof Error) return err.message;
+  return String(err);
+}

@@ -1,0 +1,25 @@
+import type { Resource } from '../upstream/resource.js';
+
+export type SubjectState = 'present' | 'gone' | 'deleted' | 'skipped';
+export type ServiceKind = 'scheduling' | 'workflow';
+
+/** feedsync.change.v1 (CONTRACT §3): the unit every sink receives. One per feed event. */
+export interface Change {
+  schema: 'feedsync.change.v1';
+  /** `<source name>:<event_id>`: unique, stable across retries, restarts and re-polls. */
+  key: string;
+  source: string;
+  service: ServiceKind;
+  event_id: number;
+  event_type: string;
+  resource_type: string;
+  operation: string;
+  /** UTC, ISO 8601 with milliseconds and `Z`. */
+  occurred_at: string;
+  changes: string[];
+  event_url: string | null;
+  subject_url: string | null;
+  subject_state: SubjectState;
+  subject: Resource | null;
+  source_rule: Resource | null;
+}

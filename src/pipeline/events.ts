@@ -1,0 +1,72 @@
+// Typed pipeline events. Observability (metrics, readiness, progress output) subscribes to these
+// instead of metric calls scattered through the code. Emitting never throws.
+import { EventEmitter } from 'node:events';
+
+export type DeliveryOutcome = 'ok' | 'retry' | 'dead';
+
+export interface PipelineEventMap {
+  /** One HTTP exchange with an upstream (after digest handling; one per attempt). */
+  'http:response': { source: string; kind: 'feed' | 'subject'; code: string };
+  /** A poll (one feed page, expanded and committed, or failed) finished. */
+  'poll:finished': {
+    source: string;
+    ok: boolean;
+    durationSeconds: number;
+    /** Events in the page (0 on error). */
+    pageSize: number;
+    /** The page was full (50): more is waiting upstream. */
+    behind: boolean;
+    error?: unknown;
+  };
+  /** A page's changes are durably queued and the cursor saved. */
+  'page:committed': {
+    source: string;
+    cursor: number;
+    /** event_type of every change in the page, in feed order. */
+    eventTypes: string[];
+    /** occurred_at of the newest event committed, epoch seconds. */
+    lastEventTimestamp?: number;
+    /** changes queued per sink name. */
+    enqueued: Record<string, number>;
+    /** subjects that answered 404 in this page. */
+    gone: number;
+  };
+  /** An event type the specs do not list; emitted once per type and source. */
+  'event:unknown-type': { source: string; eventType: string };
+  /** A delivery attempt to a sink finished. */
+  'delivery:finished': {
+    sink: string;
+    outcome: DeliveryOutcome;
+    durationSeconds: number;
+    /** occurred_at → acknowledged, when outcome is ok. */
+    endToEndSeconds?: number;
+    key: string;
+    error?: unknown;
+  };
+}
+
+export type PipelineEventName = keyof PipelineEventMap;
+
+/** A small typed emitter whose emit() swallows listener failures: observing must never break work. */
+export class PipelineEvents {
+  private readonly emitter = new EventEmitter();
+
+  constructor() {
+    this.emitter.setMaxListeners(100);
+  }
+
+  on<K extends PipelineEventName>(name: K, listener: (payload: PipelineEventMap[K]) => void): () => void {
+    this.emitter.on(name, listener as (p: unknown) => void);
+    return () => this.emitter.off(name, listener as (p: unknown) => void);
+  }
+
+  emit<K extends PipelineEventName>(name: K, payload: PipelineEventMap[K]): void {
+    for (const listener of this.emitter.listeners(name)) {
+      try {
+        (listener as (p: unknown) => void)(payload);
+      } catch {
+        // A broken observer must not stop the pipeline; it is the observer's bug to surface.
+      }
+    }
+  }
+}

@@ -1,0 +1,13 @@
+import type { SinkFilter } from '../config/types.js';
+import type { Change } from '../pipeline/change.types.js';
+
+/** An empty list means "any"; each non-empty list must contain the change's value. */
+export function passesFilter(filter: SinkFilter, change: Change): boolean {
+  const ok = (list: string[], value: string) => list.length === 0 || list.includes(value);
+  return (
+    ok(filter.sources, change.source) &&
+    ok(filter.services, change.service) &&
+    ok(filter.event_types, change.event_type) &&
+    ok(filter.resource_types, change.resource_type)
+  );
+}

@@ -1,0 +1,33 @@
+import type { Logger } from 'pino';
+import type { Change } from '../pipeline/change.types.js';
+
+export { NeverError, RetryLaterError } from '../errors.js';
+
+/**
+ * A sink receives changes. Lifecycle: the factory opens it, deliver() is called for each change
+ * (possibly concurrently, up to `queue.concurrency`, never for two changes of the same subject at
+ * once), close() once at the end. deliver() resolves when the change is durably accepted; it
+ * throws RetryLaterError for "try again later" and NeverError for "this change can never be
+ * delivered". Any other error counts as retry-later. Deliveries are at least once: a sink that
+ * must not apply a change twice de-duplicates by `change.key`.
+ */
+export interface Sink {
+  deliver(change: Change): Promise<void>;
+  close(): Promise<void>;
+  /** Optional: false when the sink cannot currently accept deliveries. */
+  healthy?(): Promise<boolean>;
+}
+
+export interface SinkContext {
+  /** The sink's configured name. */
+  name: string;
+  logger: Logger;
+  /** Directory of the config file: relative paths in options resolve against it. */
+  configDir: string;
+}
+
+/** What users export from a `type: module` sink: `export default (options, context) => sink`. */
+export type SinkFactory<Options = Record<string, unknown>> = (
+  options: Options,
+  context: SinkContext,
+) => Sink | Promise<Sink>;
