@@ -40,7 +40,8 @@ export interface DeadLetterFilter {
  * throws, the cursor did not move past anything that was not queued.
  */
 export interface ChangeQueue {
-  commitPage(commit: PageCommit): Promise<void>;
+  /** Resolves with the number of changes queued per sink name (sinks whose filter they passed). */
+  commitPage(commit: PageCommit): Promise<Record<string, number>>;
   /** Largest undelivered backlog over all sinks: pollers pause above queue.max_backlog. */
   maxBacklog(): Promise<number>;
 }

@@ -5,7 +5,7 @@
  * `<rel>_link`; an embedded expansion as `<rel>` beside its `<rel>_link`; a collection as
  * `{ resource_type, entries: [...] }` plus `total_entries`, `next_link`, `prev_link` when given.
  */
-export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json | undefined };
 
 export interface Resource {
   resource_type: string;

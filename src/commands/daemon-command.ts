@@ -1,0 +1,18 @@
+import { startDaemon, type DaemonMode } from '../daemon.js';
+import { handleShutdownSignals } from '../signals.js';
+import { version } from '../version.js';
+import { loadForCommand, type GlobalOptions } from './context.js';
+
+/** `feedsync run | poll | work`: start, then stop gracefully on the first SIGTERM/SIGINT. */
+export async function daemonCommand(mode: DaemonMode, opts: GlobalOptions): Promise<void> {
+  const { loaded, logger } = loadForCommand(opts);
+  const daemon = await startDaemon({ config: loaded.config, configDir: loaded.dir, mode, logger, version });
+  handleShutdownSignals(() => withDeadline(daemon.stop(), loaded.config.shutdown_timeout_ms + 2000), logger);
+}
+
+function withDeadline(p: Promise<void>, ms: number): Promise<void> {
+  return Promise.race([
+    p,
+    new Promise<void>((_, reject) => setTimeout(() => reject(new Error(`shutdown took longer than ${ms} ms`)), ms).unref()),
+  ]);
+}

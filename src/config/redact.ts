@@ -1,0 +1,109 @@
+// Secrets out of printed configs and logs. `redactConfig` is for showing a config
+// (check-config, start-up logs); `collectSecrets` feeds the logger's value-based redaction.
+import type { FeedsyncConfig } from './types.js';
+
+export const REDACTED = '<redacted>';
+
+// Module sinks take free-form options; keys that look like credentials are treated as secrets
+// because nothing else knows what a user's sink keeps there.
+const SECRET_OPTION_KEY = /pass(word)?|secret|token|api[_-]?key|credential|private[_-]?key/i;
+
+/** A deep copy of `config` with every secret replaced by `"<redacted>"`. */
+export function redactConfig(config: FeedsyncConfig): unknown {
+  const copy = structuredClone(config);
+  for (const source of copy.sources) source.password = REDACTED;
+  if (copy.queue.redis_url !== undefined) copy.queue.redis_url = redactUrlPassword(copy.queue.redis_url);
+  for (const sink of copy.sinks) {
+    if (sink.type === 'webhook') {
+      if (sink.secret !== undefined) sink.secret = REDACTED;
+      sink.url = redactUrlPassword(sink.url);
+    } else if (sink.type === 'module') {
+      sink.options = redactOptions(sink.options) as Record<string, unknown>;
+    }
+  }
+  return copy;
+}
+
+/** Every secret value in `config` (raw and URL-decoded forms), without duplicates or empties. */
+export function collectSecrets(config: FeedsyncConfig): string[] {
+  const found = new Set<string>();
+  for (const source of config.sources) found.add(source.password);
+  if (config.queue.redis_url !== undefined) urlPasswords(config.queue.redis_url).forEach((p) => found.add(p));
+  for (const sink of config.sinks) {
+    if (sink.type === 'webhook') {
+      if (sink.secret !== undefined) found.add(sink.secret);
+      urlPasswords(sink.url).forEach((p) => found.add(p));
+    } else if (sink.type === 'module') {
+      collectOptionSecrets(sink.options, found);
+    }
+  }
+  found.delete('');
+  return [...found];
+}
+
+/**
+ * `redis://user:pw@host:6379/0` → `redis://user:<redacted>@host:6379/0`. Done on the text, not
+ * via URL setters, so `<redacted>` stays readable instead of being percent-encoded. A string that
+ * does not parse as a URL is redacted whole: it cannot be shown safely.
+ */
+export function redactUrlPassword(value: string): string {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    return REDACTED;
+  }
+  if (url.password === '') return value;
+  // The userinfo ends at the LAST `@` of the authority (a password may hold an encoded one).
+  const start = value.indexOf('//') + 2;
+  const end = value.slice(start).search(/[/?#\\]/);
+  const authorityEnd = end < 0 ? value.length : start + end;
+  const at = value.lastIndexOf('@', authorityEnd - 1);
+  const colon = value.indexOf(':', start);
+  if (start < 2 || at < start || colon < 0 || colon > at) return REDACTED;
+  const redacted = `${value.slice(0, colon + 1)}${REDACTED}${value.slice(at)}`;
+  // Belt and braces for odd inputs the URL parser normalises (tabs, backslashes): never leak.
+  return urlPasswords(value).some((p) => redacted.includes(p)) ? REDACTED : redacted;
+}
+
+function urlPasswords(value: string): string[] {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    return [value];
+  }
+  if (url.password === '') return [];
+  let decoded = url.password;
+  try {
+    decoded = decodeURIComponent(url.password);
+  } catch {
+    // A malformed escape: the raw form is all there is.
+  }
+  return [url.password, decoded];
+}
+
+function redactOptions(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(redactOptions);
+  if (value === null || typeof value !== 'object') return value;
+  const out: Record<string, unknown> = {};
+  for (const [key, inner] of Object.entries(value)) {
+    out[key] =
+      SECRET_OPTION_KEY.test(key) && inner !== null && typeof inner !== 'object'
+        ? REDACTED
+        : redactOptions(inner);
+  }
+  return out;
+}
+
+function collectOptionSecrets(value: unknown, found: Set<string>): void {
+  if (Array.isArray(value)) {
+    value.forEach((v) => collectOptionSecrets(v, found));
+    return;
+  }
+  if (value === null || typeof value !== 'object') return;
+  for (const [key, inner] of Object.entries(value)) {
+    if (SECRET_OPTION_KEY.test(key) && inner !== null && typeof inner !== 'object') found.add(String(inner));
+    else collectOptionSecrets(inner, found);
+  }
+}

@@ -1,0 +1,233 @@
+// The configuration schema (CONTRACT §2): strict objects, and the ONE place defaults live.
+// It validates an already env-substituted, *_file-resolved document; paths that depend on the
+// config file's location (module sinks) are resolved by load.ts after parsing.
+import { z } from 'zod';
+import { ConfigError } from '../errors.js';
+import type { FeedsyncConfig } from './types.js';
+
+export const SINK_TYPES = ['jsonl', 'webhook', 'sqlite', 'module'] as const;
+export const SERVICE_KINDS = ['scheduling', 'workflow'] as const;
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+// No `:` because change keys are `<source>:<event_id>`; no leading punctuation so names are
+// safe in metric labels, Redis keys and file names.
+const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
+
+const name = z
+  .string()
+  .regex(NAME, { error: 'must start with a letter or digit and contain only letters, digits, _ . -' });
+const nonEmpty = z.string().min(1, { error: 'must not be empty' });
+const durationMs = z.number().int().nonnegative();
+const atLeastOne = z.number().int().min(1);
+
+function isHttpUrl(value: string): boolean {
+  try {
+    const url = new URL(value);
+    return (url.protocol === 'http:' || url.protocol === 'https:') && url.hostname !== '';
+  } catch {
+    return false;
+  }
+}
+
+const httpUrl = z.string().refine(isHttpUrl, { error: 'must be an http(s) URL' });
+
+const baseUrl = httpUrl
+  .refine(
+    (value) => {
+      const url = new URL(value);
+      return url.search === '' && url.hash === '' && !value.includes('?') && !value.includes('#');
+    },
+    { error: 'must not have a query or fragment (the feed is {base_url}/api/events)' },
+  )
+  .refine(
+    (value) => {
+      const url = new URL(value);
+      return url.username === '' && url.password === '';
+    },
+    { error: 'must not contain credentials (use username and password)' },
+  )
+  .transform((value) => value.replace(/\/+$/, ''));
+
+const redisUrl = z.string().refine(
+  (value) => {
+    try {
+      const protocol = new URL(value).protocol;
+      return protocol === 'redis:' || protocol === 'rediss:';
+    } catch {
+      return false;
+    }
+  },
+  // Never echo the value: it usually carries the Redis password.
+  { error: 'must be a redis:// or rediss:// URL' },
+);
+
+/** latest | earliest | a non-negative integer event id, as a number or a digit string. */
+const startFrom = z.unknown().transform((value, ctx): 'latest' | 'earliest' | number => {
+  if (value === 'latest' || value === 'earliest') return value;
+  const id = typeof value === 'string' && /^[0-9]+$/.test(value) ? Number(value) : value;
+  if (typeof id === 'number' && Number.isSafeInteger(id) && id >= 0) return id;
+  ctx.addIssue({
+    code: 'custom',
+    message: `must be latest, earliest or a non-negative integer event id (got ${JSON.stringify(value)})`,
+  });
+  return z.NEVER;
+});
+
+const sourceSchema = z.strictObject({
+  name,
+  service: z.enum(SERVICE_KINDS),
+  base_url: baseUrl,
+  username: nonEmpty,
+  password: nonEmpty,
+  format: z.enum(['json', 'xml']).default('json'),
+  event_types: z.array(nonEmpty).default([]),
+  expand_subject: z.boolean().default(true),
+  // Accepted on workflow sources too (one config shape for both); that service has no expand.
+  expand_source: z.boolean().default(true),
+  start_from: startFrom.default('latest'),
+  poll_interval_ms: durationMs.default(5000),
+  timeout_ms: durationMs.default(30000),
+  subject_concurrency: atLeastOne.default(8),
+});
+
+const filterSchema = z
+  .strictObject({
+    sources: z.array(nonEmpty).default([]),
+    services: z
+      .array(
+        z.string().refine((v) => (SERVICE_KINDS as readonly string[]).includes(v), {
+          error: `must be one of: ${SERVICE_KINDS.join(', ')}`,
+        }),
+      )
+      .default([]),
+    event_types: z.array(nonEmpty).default([]),
+    resource_types: z.array(nonEmpty).default([]),
+  })
+  .prefault({});
+
+const jsonlSink = z.strictObject({ name, type: z.literal('jsonl'), path: nonEmpty, filter: filterSchema });
+const webhookSink = z.strictObject({
+  name,
+  type: z.literal('webhook'),
+  url: httpUrl,
+  secret: nonEmpty.optional(),
+  timeout_ms: durationMs.default(10000),
+  filter: filterSchema,
+});
+const sqliteSink = z.strictObject({ name, type: z.literal('sqlite'), path: nonEmpty, filter: filterSchema });
+const moduleSink = z.strictObject({
+  name,
+  type: z.literal('module'),
+  module: nonEmpty,
+  options: z.record(z.string(), z.unknown()).default({}),
+  filter: filterSchema,
+});
+
+const sinkSchema = z.discriminatedUnion('type', [jsonlSink, webhookSink, sqliteSink, moduleSink]);
+
+const queueSchema = z
+  .strictObject({
+    driver: z.enum(['local', 'bullmq']).default('local'),
+    redis_url: redisUrl.optional(),
+    prefix: nonEmpty.default('feedsync'),
+    attempts: atLeastOne.default(10),
+    backoff_ms: durationMs.default(1000),
+    max_backoff_ms: durationMs.default(300000),
+    concurrency: atLeastOne.default(4),
+    max_backlog: atLeastOne.default(100000),
+    retain_completed_ms: durationMs.default(86400000),
+    retain_completed_count: z.number().int().nonnegative().default(10000),
+    shards: atLeastOne.default(8),
+  })
+  .superRefine((queue, ctx) => {
+    if (queue.driver === 'bullmq' && queue.redis_url === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['redis_url'], message: 'required when queue.driver is bullmq' });
+    }
+    if (queue.max_backoff_ms < queue.backoff_ms) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['max_backoff_ms'],
+        message: `must be >= queue.backoff_ms (${queue.backoff_ms})`,
+      });
+    }
+  })
+  .prefault({});
+
+export const configSchema = z
+  .strictObject({
+    shutdown_timeout_ms: durationMs.default(10000),
+    store: z.strictObject({ path: nonEmpty.default('./data/feedsync.db') }).prefault({}),
+    queue: queueSchema,
+    sources: z.array(sourceSchema).min(1, { error: 'at least one source is required' }),
+    sinks: z.array(sinkSchema).min(1, { error: 'at least one sink is required' }),
+    http: z
+      .strictObject({
+        host: nonEmpty.default('0.0.0.0'),
+        port: z.number().int().min(0).max(65535).default(9464),
+      })
+      .prefault({}),
+    log: z.strictObject({ level: z.enum(LOG_LEVELS).default('info') }).prefault({}),
+  })
+  .superRefine((config, ctx) => {
+    reportDuplicates(
+      config.sources.map((s) => s.name),
+      'sources',
+      'source',
+      ctx,
+    );
+    reportDuplicates(
+      config.sinks.map((s) => s.name),
+      'sinks',
+      'sink',
+      ctx,
+    );
+    // A filter naming a source that does not exist is almost surely a typo that would
+    // silently starve the sink.
+    const known = config.sources.map((s) => s.name);
+    config.sinks.forEach((sink, i) => {
+      sink.filter.sources.forEach((source, j) => {
+        if (!known.includes(source)) {
+          ctx.addIssue({
+            code: 'custom',
+            path: ['sinks', i, 'filter', 'sources', j],
+            message: `unknown source "${source}" (known: ${known.join(', ')})`,
+          });
+        }
+      });
+    });
+  });
+
+function reportDuplicates(names: string[], list: string, what: string, ctx: z.RefinementCtx): void {
+  const firstIndex = new Map<string, number>();
+  names.forEach((n, i) => {
+    const first = firstIndex.get(n);
+    if (first === undefined) {
+      firstIndex.set(n, i);
+      return;
+    }
+    ctx.addIssue({
+      code: 'custom',
+      path: [list, i, 'name'],
+      message: `duplicate ${what} name "${n}" (also ${list}[${first}].name)`,
+    });
+  });
+}
+
+// The parsed output must be exactly the FeedsyncConfig that the rest of the code relies on.
+type Equals<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;
+const _schemaMatchesTypes: Equals<z.output<typeof configSchema>, FeedsyncConfig> = true;
+void _schemaMatchesTypes;
+
+/** One validation problem: the key path (`sources[1].base_url`) and what is wrong there. */
+export interface ConfigIssue {
+  path: string;
+  message: string;
+}
+
+/** One ConfigError for all issues: the first carries `path`, the message has one line each. */
+export function toConfigError(issues: readonly ConfigIssue[]): ConfigError {
+  const [first, ...rest] = issues;
+  if (first === undefined) return new ConfigError('', 'invalid configuration');
+  const lines = [first.message, ...rest.map((i) => (i.path ? `${i.path}: ${i.message}` : i.message))];
+  return new ConfigError(first.path, lines.join('\n'));
+}

@@ -1,0 +1,224 @@
+// Every metric of CONTRACT §5, on one dedicated registry. Metrics are fed only by subscribing
+// to PipelineEvents (the pipeline never calls a metric directly); queue gauges are read at
+// scrape time from the queue's own counts.
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { PipelineEvents } from '../pipeline/events.js';
+import type { SinkJobCounts } from '../queue/queue.js';
+import type { Logger } from './logger.js';
+import { createCountsCache } from './queue-counts-cache.js';
+
+export interface MetricsOptions {
+  events: PipelineEvents;
+  /** Configured source names: their label sets start at 0 so rate() and absence alerts work. */
+  sources: string[];
+  /** Configured sink names. */
+  sinks: string[];
+  version: string;
+  /** Queue counts per sink, asked at scrape time (cached ~1 s). */
+  queueCounts?: () => Promise<Record<string, SinkJobCounts>>;
+  logger?: Logger;
+}
+
+export interface Metrics {
+  registry: Registry;
+  /** Unsubscribes from the events; the registry keeps its last values. */
+  close(): void;
+}
+
+const POLL_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+const DELIVERY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+const END_TO_END_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
+const QUEUE_STATES = ['waiting', 'active', 'delayed', 'failed'] as const;
+const DELIVERY_OUTCOMES = ['ok', 'retry', 'dead'] as const;
+
+// prom-client's default metrics include gauges named *_total, which `promtool check metrics`
+// rejects (only counters may end in _total). Their per-type siblings without the suffix carry
+// the same information (sum them), so these three are dropped.
+const NON_CONFORMING_DEFAULTS = [
+  'nodejs_active_handles_total',
+  'nodejs_active_requests_total',
+  'nodejs_active_resources_total',
+];
+
+export function createMetrics(opts: MetricsOptions): Metrics {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+  for (const name of NON_CONFORMING_DEFAULTS) registry.removeSingleMetric(name);
+  const registers = [registry];
+
+  const buildInfo = new Gauge({
+    name: 'feedsync_build_info',
+    help: 'Always 1; the version label identifies the running build.',
+    labelNames: ['version'] as const,
+    registers,
+  });
+  buildInfo.set({ version: opts.version }, 1);
+
+  const eventsTotal = new Counter({
+    name: 'feedsync_events_total',
+    help: 'Feed events turned into changes and committed, by source and event type.',
+    labelNames: ['source', 'event_type'] as const,
+    registers,
+  });
+  const pollsTotal = new Counter({
+    name: 'feedsync_polls_total',
+    help: 'Feed polls finished, by outcome (ok, error).',
+    labelNames: ['source', 'outcome'] as const,
+    registers,
+  });
+  const pollDuration = new Histogram({
+    name: 'feedsync_poll_duration_seconds',
+    help: 'Duration of one poll: fetch a feed page, expand it and commit it.',
+    labelNames: ['source'] as const,
+    buckets: POLL_BUCKETS,
+    registers,
+  });
+  const httpRequests = new Counter({
+    name: 'feedsync_http_requests_total',
+    help: 'HTTP exchanges with the upstream services, by request kind (feed, subject) and status code.',
+    labelNames: ['source', 'kind', 'code'] as const,
+    registers,
+  });
+  const subjectGone = new Counter({
+    name: 'feedsync_subject_gone_total',
+    help: 'Subjects that answered 404 when fetched (changes emitted with subject_state gone).',
+    labelNames: ['source'] as const,
+    registers,
+  });
+  const cursorEventId = new Gauge({
+    name: 'feedsync_cursor_event_id',
+    help: 'The saved cursor (last committed event id) per source.',
+    labelNames: ['source'] as const,
+    registers,
+  });
+  const lastEventTimestamp = new Gauge({
+    name: 'feedsync_last_event_timestamp_seconds',
+    help: 'occurred_at of the newest committed event per source, Unix seconds.',
+    labelNames: ['source'] as const,
+    registers,
+  });
+  const lastSuccessfulPoll = new Gauge({
+    name: 'feedsync_last_successful_poll_timestamp_seconds',
+    help: 'When the last successful poll of each source finished, Unix seconds.',
+    labelNames: ['source'] as const,
+    registers,
+  });
+  const sourceBehind = new Gauge({
+    name: 'feedsync_source_behind',
+    help: '1 when the last page of the source was full (more events are waiting upstream), else 0.',
+    labelNames: ['source'] as const,
+    registers,
+  });
+  const changesEnqueued = new Counter({
+    name: 'feedsync_changes_enqueued_total',
+    help: 'Changes durably queued, by source and sink.',
+    labelNames: ['source', 'sink'] as const,
+    registers,
+  });
+  const deliveriesTotal = new Counter({
+    name: 'feedsync_deliveries_total',
+    help: 'Delivery attempts to sinks, by outcome (ok, retry, dead).',
+    labelNames: ['sink', 'outcome'] as const,
+    registers,
+  });
+  const deliveryDuration = new Histogram({
+    name: 'feedsync_delivery_duration_seconds',
+    help: 'Duration of one delivery attempt to a sink.',
+    labelNames: ['sink'] as const,
+    buckets: DELIVERY_BUCKETS,
+    registers,
+  });
+  const endToEnd = new Histogram({
+    name: 'feedsync_end_to_end_seconds',
+    help: 'From the event occurred_at to the sink acknowledging the change.',
+    labelNames: ['sink'] as const,
+    buckets: END_TO_END_BUCKETS,
+    registers,
+  });
+
+  const counts = opts.queueCounts ? createCountsCache(opts.queueCounts, 1000, opts.logger) : undefined;
+  const queueJobs = new Gauge({
+    name: 'feedsync_queue_jobs',
+    help: 'Queued deliveries per sink, by state (waiting, active, delayed, failed).',
+    labelNames: ['sink', 'state'] as const,
+    registers,
+    async collect() {
+      const current = await counts?.get();
+      if (!current) return;
+      for (const [sink, c] of Object.entries(current)) {
+        for (const state of QUEUE_STATES) this.set({ sink, state }, c[state]);
+      }
+    },
+  });
+  const deadLetters = new Gauge({
+    name: 'feedsync_dead_letters',
+    help: 'Changes in the dead-letter list of each sink.',
+    labelNames: ['sink'] as const,
+    registers,
+    async collect() {
+      const current = await counts?.get();
+      if (!current) return;
+      for (const [sink, c] of Object.entries(current)) this.set({ sink }, c.dead);
+    },
+  });
+
+  // Known label sets start at 0: a counter that appears only on its first increment hides that
+  // first increment from rate()/increase(), and alerts on "no ok poll" need the series to exist.
+  for (const source of opts.sources) {
+    for (const outcome of ['ok', 'error']) pollsTotal.inc({ source, outcome }, 0);
+    pollDuration.zero({ source });
+    subjectGone.inc({ source }, 0);
+    sourceBehind.set({ source }, 0);
+    for (const sink of opts.sinks) changesEnqueued.inc({ source, sink }, 0);
+  }
+  for (const sink of opts.sinks) {
+    for (const outcome of DELIVERY_OUTCOMES) deliveriesTotal.inc({ sink, outcome }, 0);
+    deliveryDuration.zero({ sink });
+    endToEnd.zero({ sink });
+    if (counts) {
+      for (const state of QUEUE_STATES) queueJobs.set({ sink, state }, 0);
+      deadLetters.set({ sink }, 0);
+    }
+  }
+
+  const { events } = opts;
+  const unsubscribers = [
+    events.on('http:response', (e) => {
+      httpRequests.inc({ source: e.source, kind: e.kind, code: e.code });
+    }),
+    events.on('poll:finished', (e) => {
+      pollsTotal.inc({ source: e.source, outcome: e.ok ? 'ok' : 'error' });
+      if (Number.isFinite(e.durationSeconds)) pollDuration.observe({ source: e.source }, e.durationSeconds);
+      if (e.ok) {
+        sourceBehind.set({ source: e.source }, e.behind ? 1 : 0);
+        lastSuccessfulPoll.set({ source: e.source }, Date.now() / 1000);
+      }
+    }),
+    events.on('page:committed', (e) => {
+      for (const eventType of e.eventTypes) eventsTotal.inc({ source: e.source, event_type: eventType });
+      cursorEventId.set({ source: e.source }, e.cursor);
+      if (Number.isFinite(e.lastEventTimestamp)) {
+        lastEventTimestamp.set({ source: e.source }, e.lastEventTimestamp as number);
+      }
+      for (const [sink, n] of Object.entries(e.enqueued)) {
+        changesEnqueued.inc({ source: e.source, sink }, n);
+      }
+      subjectGone.inc({ source: e.source }, e.gone);
+    }),
+    events.on('delivery:finished', (e) => {
+      deliveriesTotal.inc({ sink: e.sink, outcome: e.outcome });
+      if (Number.isFinite(e.durationSeconds)) deliveryDuration.observe({ sink: e.sink }, e.durationSeconds);
+      if (Number.isFinite(e.endToEndSeconds)) endToEnd.observe({ sink: e.sink }, e.endToEndSeconds as number);
+    }),
+  ];
+
+  let closed = false;
+  return {
+    registry,
+    close() {
+      if (closed) return;
+      closed = true;
+      for (const off of unsubscribers) off();
+    },
+  };
+}

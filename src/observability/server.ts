@@ -1,0 +1,100 @@
+// The operations HTTP server: /metrics, /healthz, /readyz. Plain node:http: three read-only
+// routes do not justify a framework.
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Registry } from 'prom-client';
+import { errorMessage } from '../errors.js';
+import type { Liveness, Readiness } from './health.js';
+import type { Logger } from './logger.js';
+
+export interface HttpServerOptions {
+  host: string;
+  /** 0 = any free port (tests). */
+  port: number;
+  registry: Registry;
+  readiness: Pick<Readiness, 'status'>;
+  liveness: Pick<Liveness, 'alive'>;
+  logger: Logger;
+}
+
+export interface RunningHttpServer {
+  port: number;
+  /** Idempotent. */
+  close(): Promise<void>;
+}
+
+type Route = (res: ServerResponse) => Promise<void>;
+
+export async function startHttpServer(opts: HttpServerOptions): Promise<RunningHttpServer> {
+  const routes: Record<string, Route> = {
+    '/metrics': async (res) => {
+      const body = await opts.registry.metrics();
+      send(res, 200, opts.registry.contentType, body);
+    },
+    '/healthz': async (res) => {
+      const alive = opts.liveness.alive();
+      sendJson(res, alive ? 200 : 503, { status: alive ? 'ok' : 'event loop unresponsive' });
+    },
+    '/readyz': async (res) => {
+      const { ready, reasons } = await opts.readiness.status();
+      sendJson(res, ready ? 200 : 503, ready ? { ready } : { ready, reasons });
+    },
+  };
+
+  const server = createServer((req, res) => {
+    handle(req, res).catch((err: unknown) => {
+      opts.logger.error({ err: errorMessage(err), path: pathOf(req) }, 'operations endpoint failed');
+      if (!res.headersSent) sendJson(res, 500, { error: 'internal error' });
+      else res.destroy();
+    });
+  });
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const route = routes[pathOf(req)];
+    if (!route) return sendJson(res, 404, { error: 'not found' });
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      res.setHeader('Allow', 'GET, HEAD');
+      return sendJson(res, 405, { error: 'method not allowed' });
+    }
+    await route(res);
+  }
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port, opts.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  opts.logger.debug({ host: opts.host, port }, 'operations HTTP server listening');
+
+  let closing: Promise<void> | undefined;
+  return {
+    port,
+    close() {
+      closing ??= new Promise<void>((resolve, reject) => {
+        server.close((err) => (err ? reject(err) : resolve()));
+        // Keep-alive connections from a scraper would otherwise hold close() open until they time out.
+        server.closeAllConnections();
+      });
+      return closing;
+    },
+  };
+}
+
+function pathOf(req: IncomingMessage): string {
+  const url = req.url ?? '/';
+  const q = url.indexOf('?');
+  return q === -1 ? url : url.slice(0, q);
+}
+
+function send(res: ServerResponse, status: number, contentType: string, body: string): void {
+  res.writeHead(status, { 'Content-Type': contentType, 'Cache-Control': 'no-store' });
+  // HEAD gets the headers only; node drops the body for HEAD requests itself.
+  res.end(body);
+}
+
+function sendJson(res: ServerResponse, status: number, value: unknown): void {
+  send(res, status, 'application/json; charset=utf-8', JSON.stringify(value));
+}

@@ -1,0 +1,191 @@
+import type { Logger } from 'pino';
+import { backoffDelay, sleep } from '../backoff.js';
+import type { SourceConfig } from '../config/types.js';
+import { errorMessage, UpstreamAuthError } from '../errors.js';
+import type { ChangeQueue } from '../queue/queue.js';
+import type { ServiceAdapter } from '../services/adapter.js';
+import type { CursorStore } from '../store/cursors.js';
+import type { UpstreamClient } from '../upstream/client.js';
+import { buildChange, type FeedEvent } from './change.js';
+import { nextCursor, observedDisorder, PAGE_SIZE } from './cursor.js';
+import type { PipelineEvents } from './events.js';
+import { ExpansionAborted, expandSubjects } from './expand.js';
+import { readFeedEvents } from './feed-page.js';
+
+export interface PollerDeps {
+  source: SourceConfig;
+  adapter: ServiceAdapter;
+  client: UpstreamClient;
+  queue: ChangeQueue;
+  cursors: CursorStore;
+  events: PipelineEvents;
+  logger: Logger;
+  /** Pause polling while a sink has more undelivered changes than this. */
+  maxBacklog: number;
+  signal: AbortSignal;
+}
+
+const AUTH_RETRY_MAX_MS = 5 * 60_000;
+const ERROR_RETRY_MAX_MS = 60_000;
+
+/**
+ * One source's loop: read a page after the cursor, expand its subjects, queue its changes and the
+ * new cursor together, repeat at once while pages are full, else wait `poll_interval_ms`. A page
+ * that fails anywhere is retried with backoff and the cursor stays where it was.
+ */
+export async function runPoller(deps: PollerDeps): Promise<void> {
+  const { source, signal, logger } = deps;
+  const unknownTypes = new Set<string>();
+  let failures = 0;
+  let position: { cursor: number; seenAbove: number[] } | undefined;
+
+  while (!signal.aborted) {
+    const started = performance.now();
+    try {
+      if ((await deps.queue.maxBacklog()) > deps.maxBacklog) {
+        logger.warn({ max_backlog: deps.maxBacklog }, 'a sink backlog is over queue.max_backlog; polling paused');
+        await sleep(source.poll_interval_ms, signal);
+        continue;
+      }
+      position ??= await startPosition(deps);
+      const result = await pollOnce(deps, position, unknownTypes);
+      position = result.position;
+      failures = 0;
+      const durationSeconds = (performance.now() - started) / 1000;
+      deps.events.emit('poll:finished', { source: source.name, ok: true, durationSeconds, pageSize: result.pageSize, behind: result.full });
+      deps.cursors.recordPoll(source.name, { ok: true, behind: result.full, lastEventAt: result.lastEventAt });
+      if (!result.full) await sleep(source.poll_interval_ms, signal);
+    } catch (err) {
+      if (signal.aborted && (err instanceof ExpansionAborted || isAbort(err))) break;
+      failures++;
+      const durationSeconds = (performance.now() - started) / 1000;
+      deps.events.emit('poll:finished', { source: source.name, ok: false, durationSeconds, pageSize: 0, behind: false, error: err });
+      deps.cursors.recordPoll(source.name, { ok: false, behind: false, error: errorMessage(err) });
+      // Wrong credentials: at most once per poll interval, backing off to minutes; never a tight loop.
+      const delay =
+        err instanceof UpstreamAuthError
+          ? Math.max(source.poll_interval_ms, backoffDelay(failures, source.poll_interval_ms, AUTH_RETRY_MAX_MS))
+          : Math.max(200, backoffDelay(failures, Math.min(1000, source.poll_interval_ms), ERROR_RETRY_MAX_MS));
+      logger.error({ err: errorMessage(err), failures, retry_in_ms: Math.round(delay) }, 'poll failed; cursor not moved');
+      await sleep(delay, signal);
+    }
+  }
+}
+
+function isAbort(err: unknown): boolean {
+  return err instanceof Error && (err.name === 'AbortError' || (err as { code?: string }).code === 'ABORT_ERR');
+}
+
+interface PollResult {
+  position: { cursor: number; seenAbove: number[] };
+  pageSize: number;
+  full: boolean;
+  lastEventAt?: number;
+}
+
+async function pollOnce(
+  deps: PollerDeps,
+  position: { cursor: number; seenAbove: number[] },
+  unknownTypes: Set<string>,
+): Promise<PollResult> {
+  const { source, adapter, logger } = deps;
+  const url = feedUrl(source, adapter, position.cursor, source.event_types);
+  const res = await deps.client.get(url, { kind: 'feed', signal: deps.signal });
+  if (res.status === 404) throw new Error(`feed ${url} answered 404: check the source's base_url`);
+  const listed = readFeedEvents(res.resource, url);
+  const ids = listed.map((e) => e.id);
+  const full = listed.length >= PAGE_SIZE;
+
+  if (adapter.maxDisorder > 0 && full && observedDisorder(ids) > adapter.maxDisorder)
+    logger.warn({ disorder: observedDisorder(ids), bound: adapter.maxDisorder }, 'feed page strays further from id order than the cursor rule assumes');
+
+  // Already queued: at or below the cursor (a misbehaving feed) or re-listed above it (overlap).
+  const seen = new Set(position.seenAbove);
+  const fresh: FeedEvent[] = [];
+  for (const e of listed) {
+    if (seen.has(e.id)) continue;
+    if (e.id <= position.cursor) {
+      logger.warn({ event_id: e.id, cursor: position.cursor, url }, 'feed listed an event at or below the cursor; ignored (already processed)');
+      continue;
+    }
+    seen.add(e.id);
+    fresh.push(e);
+  }
+  for (const e of fresh) {
+    if (!adapter.knownEventTypes.has(e.event_type) && !unknownTypes.has(e.event_type)) {
+      unknownTypes.add(e.event_type);
+      logger.warn({ event_type: e.event_type, event_id: e.id }, 'event type not in the spec; delivering it with a best-effort split');
+      deps.events.emit('event:unknown-type', { source: source.name, eventType: e.event_type });
+    }
+  }
+
+  const outcomes = await expandSubjects(fresh, {
+    expandSubject: source.expand_subject,
+    client: deps.client,
+    concurrency: source.subject_concurrency,
+    signal: deps.signal,
+    logger,
+    retry: { baseMs: 500, maxMs: 30_000 },
+  });
+  const changes = fresh.map((e, i) => buildChange({ source: source.name, service: adapter.kind }, e, outcomes[i]!, adapter.normalizeSubject));
+  const next = nextCursor(position, listed.filter((e) => e.id > position.cursor).map((e) => e.id), adapter.maxDisorder);
+
+  const enqueued = await deps.queue.commitPage({ source: source.name, changes, cursor: next.cursor, seenAbove: next.seenAbove });
+
+  const lastEventAt = fresh.length ? Math.max(...fresh.map((e) => Date.parse(e.timestamp))) : undefined;
+  deps.events.emit('page:committed', {
+    source: source.name,
+    cursor: next.cursor,
+    eventTypes: changes.map((c) => c.event_type),
+    lastEventTimestamp: lastEventAt !== undefined ? lastEventAt / 1000 : undefined,
+    enqueued,
+    gone: outcomes.filter((o) => o.state === 'gone').length,
+  });
+  if (changes.length) logger.debug({ cursor: next.cursor, changes: changes.length }, 'page committed');
+  return { position: next, pageSize: listed.length, full, lastEventAt };
+}
+
+export function feedUrl(source: SourceConfig, adapter: ServiceAdapter, newerThan: number | undefined, types: string[]): string {
+  const params = new URLSearchParams();
+  if (newerThan !== undefined) params.set('newer_than', String(newerThan));
+  if (types.length) params.set('event_type', types.join(','));
+  for (const [k, v] of Object.entries(adapter.feedParams(source))) params.set(k, v);
+  const query = params.toString();
+  return `${source.base_url}/api/events${query ? `?${query}` : ''}`;
+}
+
+/**
+ * Where to start when no cursor is stored. `latest`: ask the unfiltered feed without newer_than
+ * and page forward until a short page, emitting nothing; the largest id seen is the start. That
+ * holds whatever the feed answers without newer_than (the scheduling feed: its last 50; the
+ * workflow spec leaves it open), at the cost of reading through the backlog when it answers the
+ * oldest events. An empty feed starts from the beginning (0).
+ */
+async function startPosition(deps: PollerDeps): Promise<{ cursor: number; seenAbove: number[] }> {
+  const { source } = deps;
+  const stored = deps.cursors.get(source.name);
+  if (stored) return { cursor: stored.eventId, seenAbove: stored.seenAbove };
+  if (typeof source.start_from === 'number') return { cursor: source.start_from, seenAbove: [] };
+  if (source.start_from === 'earliest') return { cursor: 0, seenAbove: [] };
+
+  const newest = await findLatestEventId(deps.client, source.base_url, deps.signal);
+  // Persist it now so a restart before the first change keeps "latest" meaning start-up time.
+  deps.cursors.save(source.name, newest, []);
+  deps.logger.info({ cursor: newest }, 'start_from latest: starting after the newest event');
+  return { cursor: newest, seenAbove: [] };
+}
+
+/** The newest event id the feed lists now (0 when empty), paging forward without emitting anything. */
+export async function findLatestEventId(client: UpstreamClient, baseUrl: string, signal?: AbortSignal): Promise<number> {
+  let newest = 0;
+  let newerThan: number | undefined;
+  for (;;) {
+    const url = `${baseUrl}/api/events${newerThan === undefined ? '' : `?newer_than=${newerThan}`}`;
+    const res = await client.get(url, { kind: 'feed', signal });
+    if (res.status === 404) throw new Error(`feed ${url} answered 404: check the source's base_url`);
+    const ids = readFeedEvents(res.resource, url).map((e) => e.id);
+    newest = Math.max(newest, ...ids);
+    if (ids.length < PAGE_SIZE) return newest;
+    newerThan = newest;
+  }
+}

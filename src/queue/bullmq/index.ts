@@ -1,0 +1,15 @@
+// The BullMQ queue driver: what the daemon and the CLI commands use.
+export { createBullmqProducer, type BullmqProducer, type BullmqProducerOptions } from './producer.js';
+export { createBullmqDelivery, type BullmqDeliveryOptions } from './delivery.js';
+export { createBullmqAdmin, type BullmqAdmin, type BullmqAdminOptions } from './admin.js';
+export { acquireSourceLock, readSourceLockOwner, type SourceLock, type SourceLockOptions } from './source-lock.js';
+export {
+  checkRedisPolicy,
+  closeRedis,
+  createRedisConnection,
+  pingRedis,
+  redactRedisUrl,
+  requireRedisUrl,
+  type RedisRole,
+} from './redis.js';
+export { bullPrefix, jobIdForKey, keyForJobId, shardOf, shardQueueName, sourceLockKey } from './names.js';

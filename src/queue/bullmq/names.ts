@@ -1,0 +1,65 @@
+// How feedsync lays out its BullMQ queues and job ids in Redis. Producers, workers, admin and the
+// source lock must agree on every name here, so it all lives in one file.
+//
+// Layout, for config `prefix: feedsync`, sink `hook`, shards 4:
+//   BullMQ prefix   `{feedsync}`        the braces are a Redis Cluster hash tag: every key of
+//                                       feedsync lands in one slot, as BullMQ's docs require
+//   queue names     `hook.0` … `hook.3` one queue per sink and shard (keys `{feedsync}:hook.2:wait`, …)
+//   job id          `scheduling~123457` the change key with `:` (forbidden in BullMQ ids) as `~`
+//   source lock     `{feedsync}:source-lock:scheduling`
+import { FeedsyncError } from '../../errors.js';
+import type { Change } from '../../pipeline/change.types.js';
+
+export function bullPrefix(prefix: string): string {
+  return `{${prefix}}`;
+}
+
+/** Sink names become part of queue names; BullMQ rejects `:` there. */
+export function assertSinkName(sink: string): void {
+  if (sink === '' || sink.includes(':')) {
+    throw new FeedsyncError(`sink "${sink}": name must be non-empty and must not contain ":" (queue.driver bullmq)`, false);
+  }
+}
+
+export function shardQueueName(sink: string, shard: number): string {
+  return `${sink}.${shard}`;
+}
+
+export function shardIndexes(shards: number): number[] {
+  return Array.from({ length: Math.max(1, Math.floor(shards)) }, (_, i) => i);
+}
+
+/**
+ * `scheduling:123457` → `scheduling~123457`. Source names contain only [A-Za-z0-9_.-], so `~` can
+ * only come from this encoding and the id decodes back to the key unambiguously.
+ */
+export function jobIdForKey(key: string): string {
+  return key.replaceAll(':', '~');
+}
+
+export function keyForJobId(jobId: string): string {
+  return jobId.replaceAll('~', ':');
+}
+
+/** 32-bit FNV-1a over the UTF-8 bytes: stable across processes and versions (unlike a seeded hash). */
+export function fnv1a(text: string): number {
+  let hash = 0x811c9dc5;
+  for (const byte of Buffer.from(text, 'utf8')) {
+    hash ^= byte;
+    hash = Math.imul(hash, 0x01000193) >>> 0;
+  }
+  return hash >>> 0;
+}
+
+/**
+ * The shard of a change: every change of one subject maps to the same shard, which is what keeps
+ * per-subject order. Changes without a subject URL are spread by key.
+ */
+export function shardOf(change: Pick<Change, 'subject_url' | 'key'>, shards: number): number {
+  const n = Math.max(1, Math.floor(shards));
+  return fnv1a(change.subject_url ?? change.key) % n;
+}
+
+export function sourceLockKey(prefix: string, source: string): string {
+  return `${bullPrefix(prefix)}:source-lock:${source}`;
+}

@@ -1,0 +1,143 @@
+// The BullMQ producer: queues every change of a page for every sink whose filter it passes, then
+// (and only then) saves the cursor. Idempotent per change thanks to jobId = change key.
+import { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import type { QueueConfig, SinkFilter } from '../../config/types.js';
+import { FeedsyncError, errorMessage } from '../../errors.js';
+import type { Change } from '../../pipeline/change.types.js';
+import { passesFilter } from '../../sinks/filter.js';
+import type { ChangeQueue, PageCommit } from '../queue.js';
+import { assertSinkName, bullPrefix, jobIdForKey, shardIndexes, shardOf, shardQueueName } from './names.js';
+import { closeRedis, createRedisConnection, requireRedisUrl } from './redis.js';
+
+export interface BullmqProducerOptions {
+  queue: QueueConfig;
+  sinks: { name: string; filter: SinkFilter }[];
+  saveCursor: (source: string, cursor: number, seenAbove: number[]) => void | Promise<void>;
+  logger: Logger;
+  /** A connection to use instead of one made from `queue.redis_url`; the caller keeps ownership. */
+  connection?: Redis;
+}
+
+export type BullmqProducer = ChangeQueue & { close(): Promise<void> };
+
+/** maxBacklog() is asked before every poll; a second-old answer is plenty for back-pressure. */
+const BACKLOG_CACHE_MS = 1_000;
+
+export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProducer {
+  const config = opts.queue;
+  const ownConnection = !opts.connection;
+  const connection = opts.connection ?? createRedisConnection(requireRedisUrl(config), 'producer', opts.logger);
+  const prefix = bullPrefix(config.prefix);
+  const shards = shardIndexes(config.shards);
+  const jobOptions = {
+    removeOnComplete: {
+      age: Math.max(1, Math.ceil(config.retain_completed_ms / 1000)),
+      count: config.retain_completed_count,
+    },
+    // The failed set is the dead-letter list: it is only ever emptied by `dlq drop`/`dlq retry`.
+    removeOnFail: false,
+  };
+
+  const sinks = opts.sinks.map((sink) => {
+    assertSinkName(sink.name);
+    return {
+      name: sink.name,
+      filter: sink.filter,
+      queues: shards.map((shard) => new Queue<Change>(shardQueueName(sink.name, shard), { connection, prefix })),
+    };
+  });
+  for (const sink of sinks) {
+    for (const q of sink.queues) {
+      // Errors also surface as commitPage rejections; this only keeps them from being unhandled.
+      q.on('error', (err: Error) => opts.logger.debug({ sink: sink.name, err: errorMessage(err) }, 'queue error'));
+    }
+  }
+
+  let backlogCache: { value: number; at: number } | undefined;
+  let backlogInFlight: Promise<number> | undefined;
+  let closed: Promise<void> | undefined;
+
+  /**
+   * Resolves with the changes queued per sink (every sink listed, 0 included). A replayed page
+   * counts again: BullMQ does not tell an add from a no-op re-add of an existing job id.
+   */
+  async function commitPage(commit: PageCommit): Promise<Record<string, number>> {
+    if (closed) throw new FeedsyncError(`bullmq producer is closed; cannot queue page of ${commit.source}`, true);
+    const adds: Promise<unknown>[] = [];
+    const queued: Record<string, number> = {};
+    for (const sink of sinks) {
+      queued[sink.name] = 0;
+      // Group by shard while keeping feed order inside each shard: that is the order workers see.
+      const perShard = new Map<number, Change[]>();
+      for (const change of commit.changes) {
+        if (!passesFilter(sink.filter, change)) continue;
+        const shard = shardOf(change, sink.queues.length);
+        const list = perShard.get(shard) ?? [];
+        list.push(change);
+        perShard.set(shard, list);
+        queued[sink.name]! += 1;
+      }
+      for (const [shard, changes] of perShard) {
+        const q = sink.queues[shard]!;
+        adds.push(
+          q.addBulk(
+            changes.map((change) => ({
+              name: change.event_type,
+              data: change,
+              opts: { ...jobOptions, jobId: jobIdForKey(change.key) },
+            })),
+          ),
+        );
+      }
+    }
+    const results = await Promise.allSettled(adds);
+    const failure = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failure) {
+      // The cursor stays where it was: the poller re-reads the page and re-adds (a no-op for the
+      // jobs that did make it, since their ids already exist).
+      throw new FeedsyncError(
+        `cannot queue page of source ${commit.source} (cursor ${commit.cursor}) in Redis: ${errorMessage(failure.reason)}`,
+        true,
+        { cause: failure.reason },
+      );
+    }
+    await opts.saveCursor(commit.source, commit.cursor, commit.seenAbove);
+    backlogCache = undefined;
+    return queued;
+  }
+
+  async function computeBacklog(): Promise<number> {
+    let max = 0;
+    for (const sink of sinks) {
+      const counts = await Promise.all(sink.queues.map((q) => q.getJobCounts('waiting', 'active', 'delayed')));
+      const total = counts.reduce((sum, c) => sum + (c.waiting ?? 0) + (c.active ?? 0) + (c.delayed ?? 0), 0);
+      max = Math.max(max, total);
+    }
+    return max;
+  }
+
+  async function maxBacklog(): Promise<number> {
+    if (backlogCache && Date.now() - backlogCache.at < BACKLOG_CACHE_MS) return backlogCache.value;
+    backlogInFlight ??= computeBacklog()
+      .then((value) => {
+        backlogCache = { value, at: Date.now() };
+        return value;
+      })
+      .finally(() => {
+        backlogInFlight = undefined;
+      });
+    return backlogInFlight;
+  }
+
+  function close(): Promise<void> {
+    closed ??= (async () => {
+      await Promise.allSettled(sinks.flatMap((sink) => sink.queues.map((q) => q.close())));
+      if (ownConnection) await closeRedis(connection);
+    })();
+    return closed;
+  }
+
+  return { commitPage, maxBacklog, close };
+}

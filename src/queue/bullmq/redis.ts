@@ -1,0 +1,148 @@
+// Redis connections for the BullMQ driver. Each role gets the ioredis options its failure mode
+// needs, and nothing here ever prints the URL with its password.
+import { Redis, type RedisOptions } from 'ioredis';
+import type { Logger } from 'pino';
+import type { QueueConfig } from '../../config/types.js';
+import { FeedsyncError, errorMessage } from '../../errors.js';
+
+/**
+ * - worker: commands wait through an outage (BullMQ requires `maxRetriesPerRequest: null` for
+ *   blocking connections; its workers then resume on their own when Redis returns).
+ * - producer: fail fast (`enableOfflineQueue: false`) so commitPage throws while Redis is down and
+ *   the poller retries later, instead of buffering pages in memory with the cursor held back.
+ * - admin / lock: short-lived or polling callers that must see errors promptly.
+ */
+export type RedisRole = 'worker' | 'producer' | 'admin' | 'lock';
+
+export function requireRedisUrl(config: Pick<QueueConfig, 'redis_url'>): string {
+  if (!config.redis_url) {
+    throw new FeedsyncError('queue.redis_url: required when queue.driver is bullmq', false);
+  }
+  return config.redis_url;
+}
+
+/** The URL with any user:password removed, for logs and error messages. */
+export function redactRedisUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    parsed.username = '';
+    parsed.password = '';
+    return parsed.toString();
+  } catch {
+    return '<invalid redis url>';
+  }
+}
+
+function parseRedisUrl(url: string): URL {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new FeedsyncError(`queue.redis_url: not a valid URL (${redactRedisUrl(url)})`, false);
+  }
+  if (parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:') {
+    throw new FeedsyncError(
+      `queue.redis_url: expected redis:// or rediss://, got ${parsed.protocol} (${redactRedisUrl(url)})`,
+      false,
+    );
+  }
+  return parsed;
+}
+
+const ROLE_OPTIONS: Record<RedisRole, RedisOptions> = {
+  worker: { maxRetriesPerRequest: null, enableReadyCheck: true },
+  producer: { maxRetriesPerRequest: 1, enableOfflineQueue: false, connectTimeout: 5_000 },
+  admin: { maxRetriesPerRequest: 2, connectTimeout: 5_000 },
+  lock: { maxRetriesPerRequest: 1, enableOfflineQueue: false, connectTimeout: 5_000 },
+};
+
+/**
+ * A new ioredis connection for `role`. Errors are logged (throttled, URL redacted) rather than
+ * left as unhandled 'error' events; reconnection is ioredis' own (it retries forever).
+ */
+export function createRedisConnection(url: string, role: RedisRole, logger: Logger): Redis {
+  parseRedisUrl(url);
+  const client = new Redis(url, { ...ROLE_OPTIONS[role], lazyConnect: false });
+  const where = redactRedisUrl(url);
+  let lastLogged = 0;
+  client.on('error', (err: unknown) => {
+    const now = Date.now();
+    // A down Redis emits an error per reconnect attempt; one line every 10 s is enough.
+    if (now - lastLogged < 10_000) return;
+    lastLogged = now;
+    logger.warn({ redis: where, role, err: errorMessage(err) }, 'redis connection error');
+  });
+  return client;
+}
+
+/** Close a connection without waiting on a dead server: QUIT when connected, else disconnect. */
+export async function closeRedis(client: Redis): Promise<void> {
+  if (client.status === 'end') return;
+  if (client.status === 'ready') {
+    try {
+      await Promise.race([client.quit(), new Promise((resolve) => setTimeout(resolve, 1_000).unref())]);
+    } catch {
+      // Falls through to disconnect: the goal is only that no socket stays open.
+    }
+  }
+  client.disconnect(false);
+}
+
+/** Run `fn` on `target`; a URL gets a temporary admin connection that is closed afterwards. */
+async function withClient<T>(target: string | Redis, logger: Logger, fn: (client: Redis) => Promise<T>): Promise<T> {
+  if (typeof target !== 'string') return fn(target);
+  const client = createRedisConnection(target, 'admin', logger);
+  try {
+    return await fn(client);
+  } finally {
+    await closeRedis(client);
+  }
+}
+
+/** PING with a deadline: true when Redis answered PONG (for /readyz). */
+export async function pingRedis(target: string | Redis, logger: Logger, timeoutMs = 2_000): Promise<boolean> {
+  return withClient(target, logger, (client) => pingClient(client, timeoutMs));
+}
+
+async function pingClient(client: Redis, timeoutMs: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    const answer = await Promise.race([
+      client.ping(),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error('timeout')), timeoutMs);
+      }),
+    ]);
+    return answer === 'PONG';
+  } catch {
+    return false;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * BullMQ loses jobs if Redis evicts keys; warn when the server may. Managed Redis often disables
+ * CONFIG: that is reported at debug level, not as a failure.
+ */
+export async function checkRedisPolicy(target: string | Redis, logger: Logger): Promise<string | undefined> {
+  return withClient(target, logger, (client) => readPolicy(client, logger));
+}
+
+async function readPolicy(client: Redis, logger: Logger): Promise<string | undefined> {
+  let policy: string | undefined;
+  try {
+    const reply = (await client.config('GET', 'maxmemory-policy')) as unknown;
+    if (Array.isArray(reply) && typeof reply[1] === 'string') policy = reply[1];
+  } catch (err) {
+    logger.debug({ err: errorMessage(err) }, 'cannot read redis maxmemory-policy (CONFIG disabled?)');
+    return undefined;
+  }
+  if (policy !== undefined && policy !== 'noeviction') {
+    logger.warn(
+      { maxmemoryPolicy: policy },
+      'redis maxmemory-policy is not noeviction: Redis may evict queued changes under memory pressure',
+    );
+  }
+  return policy;
+}

@@ -1,0 +1,88 @@
+import type { Change } from '../../pipeline/change.types.js';
+import type { Db } from '../../store/store.js';
+import type { DeadLetter, DeadLetterFilter, QueueAdmin, SinkJobCounts } from '../queue.js';
+
+function where(filter: DeadLetterFilter): { sql: string; args: string[] } {
+  const parts: string[] = [];
+  const args: string[] = [];
+  if (filter.sink) (parts.push('sink = ?'), args.push(filter.sink));
+  if (filter.key) (parts.push('key = ?'), args.push(filter.key));
+  return { sql: parts.length ? `WHERE ${parts.join(' AND ')}` : '', args };
+}
+
+/** status and dlq for the embedded queue; safe to use from another process (the CLI). */
+export class LocalAdmin implements QueueAdmin {
+  constructor(
+    private readonly db: Db,
+    private readonly sinkNames: string[],
+    /** In-process: the ids currently being delivered (active); absent from the CLI. */
+    private readonly inFlight: () => Map<string, number> = () => new Map(),
+  ) {}
+
+  async counts(): Promise<Record<string, SinkJobCounts>> {
+    const now = Date.now();
+    const rows = this.db
+      .prepare(
+        `SELECT sink, SUM(available_at <= ?) AS ready, SUM(available_at > ?) AS delayed,
+                SUM(attempts > 0) AS failed FROM deliveries GROUP BY sink`,
+      )
+      .all(now, now) as { sink: string; ready: number; delayed: number; failed: number }[];
+    const dead = this.db.prepare('SELECT sink, COUNT(*) AS n FROM dead_letters GROUP BY sink').all() as { sink: string; n: number }[];
+    const active = this.inFlight();
+    const out: Record<string, SinkJobCounts> = {};
+    for (const sink of this.sinkNames) {
+      const r = rows.find((x) => x.sink === sink);
+      const a = active.get(sink) ?? 0;
+      out[sink] = {
+        waiting: Math.max(0, (r?.ready ?? 0) - a),
+        active: a,
+        delayed: r?.delayed ?? 0,
+        failed: r?.failed ?? 0,
+        dead: dead.find((x) => x.sink === sink)?.n ?? 0,
+      };
+    }
+    return out;
+  }
+
+  async listDead(filter: DeadLetterFilter, limit = 100): Promise<DeadLetter[]> {
+    const w = where(filter);
+    const rows = this.db
+      .prepare(`SELECT sink, key, body, attempts, error, failed_at FROM dead_letters ${w.sql} ORDER BY id LIMIT ?`)
+      .all(...w.args, limit) as { sink: string; key: string; body: string; attempts: number; error: string; failed_at: number }[];
+    return rows.map((r) => ({
+      sink: r.sink,
+      key: r.key,
+      change: JSON.parse(r.body) as Change,
+      attempts: r.attempts,
+      error: r.error,
+      failedAt: r.failed_at,
+    }));
+  }
+
+  async retryDead(filter: DeadLetterFilter): Promise<number> {
+    const w = where(filter);
+    return this.db.transaction(() => {
+      const rows = this.db.prepare(`SELECT id, sink, key, body FROM dead_letters ${w.sql} ORDER BY id`).all(...w.args) as {
+        id: number;
+        sink: string;
+        key: string;
+        body: string;
+      }[];
+      const insert = this.db.prepare(
+        'INSERT OR IGNORE INTO deliveries (sink, key, subject_key, body) VALUES (?, ?, ?, ?)',
+      );
+      const remove = this.db.prepare('DELETE FROM dead_letters WHERE id = ?');
+      for (const r of rows) {
+        const change = JSON.parse(r.body) as Change;
+        insert.run(r.sink, r.key, change.subject_url ?? change.key, r.body);
+        remove.run(r.id);
+      }
+      return rows.length;
+    })();
+  }
+
+  async dropDead(filter: DeadLetterFilter): Promise<number> {
+    const w = where(filter);
+    return this.db.prepare(`DELETE FROM dead_letters ${w.sql}`).run(...w.args).changes;
+  }
+}

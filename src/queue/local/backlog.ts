@@ -1,0 +1,30 @@
+import type { Db } from '../../store/store.js';
+
+/**
+ * Undelivered deliveries per sink, kept in memory so the pollers' back-pressure check costs
+ * nothing, and re-counted now and then because the `dlq` command may add rows from outside.
+ */
+export class Backlog {
+  private readonly counts = new Map<string, number>();
+  private readonly countStmt;
+
+  constructor(
+    db: Db,
+    private readonly sinks: string[],
+  ) {
+    this.countStmt = db.prepare('SELECT COUNT(*) AS n FROM deliveries WHERE sink = ?');
+    this.recount();
+  }
+
+  recount(): void {
+    for (const sink of this.sinks) this.counts.set(sink, (this.countStmt.get(sink) as { n: number }).n);
+  }
+
+  add(sink: string, n: number): void {
+    this.counts.set(sink, (this.counts.get(sink) ?? 0) + n);
+  }
+
+  max(): number {
+    return Math.max(0, ...this.counts.values());
+  }
+}

@@ -1,0 +1,121 @@
+// The sqlite mirror sink: the current state of every subject, keyed by subject_url, in its own
+// SQLite file. A per-subject event_id guard makes every change apply at most once and keeps a
+// late (older) change from overwriting newer state.
+import Database from 'better-sqlite3';
+import { mkdirSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import type { SqliteSinkConfig } from '../config/types.js';
+import { errorMessage, FeedsyncError, RetryLaterError } from '../errors.js';
+import type { Change } from '../pipeline/change.types.js';
+import type { Sink, SinkContext } from './sink.js';
+import { migrateMirror } from './sqlite-mirror-schema.js';
+
+// Every statement upserts only when the row is new or the change is newer than what it holds:
+// the WHERE on the DO UPDATE branch is the version guard, so guard and write are one statement.
+const UPSERT_HEAD = `INSERT INTO subjects
+  (subject_url, resource_type, service, source, subject, last_event_id, last_key, updated_at, deleted)
+  VALUES (@subject_url, @resource_type, @service, @source, @subject, @event_id, @key, @occurred_at, @deleted)
+  ON CONFLICT (subject_url) DO UPDATE SET
+    last_event_id = excluded.last_event_id, last_key = excluded.last_key, updated_at = excluded.updated_at`;
+const NEWER = `WHERE excluded.last_event_id > subjects.last_event_id`;
+
+const SQL = {
+  // present and deleted replace the whole row; deleted keeps it as a tombstone (subject NULL).
+  replace: `${UPSERT_HEAD}, resource_type = excluded.resource_type, service = excluded.service,
+    source = excluded.source, subject = excluded.subject, deleted = excluded.deleted ${NEWER}`,
+  // skipped only records that this event was seen: subject and deleted flag stay as they were.
+  versionOnly: `${UPSERT_HEAD} ${NEWER}`,
+};
+
+export interface SqliteSinkOptions {
+  /** How long a write waits for another connection's lock before failing as retry-later. */
+  busyTimeoutMs?: number;
+}
+
+export async function openSqliteSink(
+  config: SqliteSinkConfig,
+  ctx: SinkContext,
+  options: SqliteSinkOptions = {},
+): Promise<Sink> {
+  const path = resolve(ctx.configDir, config.path);
+  let db: Database.Database;
+  try {
+    mkdirSync(dirname(path), { recursive: true });
+    db = new Database(path);
+    db.pragma('journal_mode = WAL');
+    // FULL: deliver() resolving means the row survives a power loss, not just a process crash.
+    db.pragma('synchronous = FULL');
+    db.pragma(`busy_timeout = ${Math.max(0, Math.floor(options.busyTimeoutMs ?? 5000))}`);
+    migrateMirror(db);
+  } catch (err) {
+    throw new FeedsyncError(`sink "${config.name}": cannot open mirror database ${path}: ${errorMessage(err)}`, true, {
+      cause: err,
+    });
+  }
+  return new SqliteMirrorSink(config.name, path, db);
+}
+
+class SqliteMirrorSink implements Sink {
+  private readonly replace: Database.Statement;
+  private readonly versionOnly: Database.Statement;
+  private closed = false;
+
+  constructor(
+    private readonly name: string,
+    private readonly path: string,
+    private readonly db: Database.Database,
+  ) {
+    this.replace = db.prepare(SQL.replace);
+    this.versionOnly = db.prepare(SQL.versionOnly);
+  }
+
+  async deliver(change: Change): Promise<void> {
+    if (this.closed) throw new RetryLaterError(`sink "${this.name}": closed, cannot write ${this.path}`);
+    // Changes without a subject URL have no row to mirror into.
+    if (change.subject_url === null) return;
+    const params = {
+      subject_url: change.subject_url,
+      resource_type: change.resource_type,
+      service: change.service,
+      source: change.source,
+      subject: null as string | null,
+      event_id: change.event_id,
+      key: change.key,
+      occurred_at: change.occurred_at,
+      deleted: 0,
+    };
+    try {
+      switch (change.subject_state) {
+        case 'present':
+          this.replace.run({ ...params, subject: JSON.stringify(change.subject) });
+          return;
+        case 'deleted':
+          this.replace.run({ ...params, deleted: 1 });
+          return;
+        case 'skipped':
+          this.versionOnly.run(params);
+          return;
+        case 'gone':
+          // 404 on fetch: its *_deleted change follows and tombstones the row; until then the
+          // last known state is the best answer, so nothing is recorded.
+          return;
+      }
+    } catch (err) {
+      throw new RetryLaterError(
+        `sink "${this.name}": cannot apply ${change.key} to ${this.path}: ${errorMessage(err)}`,
+        undefined,
+        { cause: err },
+      );
+    }
+  }
+
+  async healthy(): Promise<boolean> {
+    return !this.closed && this.db.open;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.db.close();
+  }
+}

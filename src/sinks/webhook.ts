@@ -1,0 +1,127 @@
+// The webhook sink: POSTs each change as JSON to one URL, signed when a secret is configured.
+import { createHmac } from 'node:crypto';
+import { Pool } from 'undici';
+import { parseRetryAfter } from '../backoff.js';
+import type { WebhookSinkConfig } from '../config/types.js';
+import { ConfigError, errorMessage, NeverError, RetryLaterError } from '../errors.js';
+import type { Change } from '../pipeline/change.types.js';
+import type { Sink, SinkContext } from './sink.js';
+import { feedsyncVersion } from './version.js';
+
+/** Longest Retry-After we pass on; the queue caps it again at queue.max_backoff_ms. */
+const RETRY_AFTER_CAP_MS = 60 * 60 * 1000;
+/** How much of an error response body we quote in the error message. */
+const SNIPPET_BYTES = 300;
+
+export async function openWebhookSink(config: WebhookSinkConfig, ctx: SinkContext): Promise<Sink> {
+  let url: URL;
+  try {
+    url = new URL(config.url);
+  } catch {
+    throw new ConfigError(`sinks.${config.name}.url`, 'not a valid URL');
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new ConfigError(`sinks.${config.name}.url`, `must be http: or https:, got ${url.protocol}`);
+  }
+  return new WebhookSink(config.name, url, config.secret, config.timeout_ms, ctx);
+}
+
+class WebhookSink implements Sink {
+  private readonly pool: Pool;
+  /** The URL as shown in messages: no userinfo, no query (either may carry a token). */
+  private readonly shownUrl: string;
+  private readonly path: string;
+  private readonly userAgent = `feedsync/${feedsyncVersion()}`;
+  private closing: Promise<void> | undefined;
+
+  constructor(
+    private readonly name: string,
+    url: URL,
+    private readonly secret: string | undefined,
+    private readonly timeoutMs: number,
+    private readonly ctx: SinkContext,
+  ) {
+    // One keep-alive pool per sink: a sink posts to a single origin.
+    this.pool = new Pool(url.origin, { keepAliveTimeout: 30_000 });
+    this.path = url.pathname + url.search;
+    this.shownUrl = url.origin + url.pathname + (url.search ? '?…' : '');
+  }
+
+  async deliver(change: Change): Promise<void> {
+    if (this.closing) throw new RetryLaterError(`sink "${this.name}": closed, not posting to ${this.shownUrl}`);
+    const body = Buffer.from(JSON.stringify(change), 'utf8');
+    const headers: Record<string, string> = {
+      'content-type': 'application/json',
+      'x-feedsync-key': change.key,
+      'user-agent': this.userAgent,
+    };
+    if (this.secret !== undefined && this.secret !== '') {
+      headers['x-feedsync-signature'] = 'sha256=' + createHmac('sha256', this.secret).update(body).digest('hex');
+    }
+    const where = `sink "${this.name}": POST ${this.shownUrl} (key ${change.key})`;
+    const signal = AbortSignal.timeout(this.timeoutMs);
+    let status: number;
+    let retryAfter: string | string[] | undefined;
+    let snippet: string;
+    try {
+      const res = await this.pool.request({
+        path: this.path,
+        method: 'POST',
+        headers,
+        body,
+        signal,
+        headersTimeout: this.timeoutMs,
+        bodyTimeout: this.timeoutMs,
+      });
+      status = res.statusCode;
+      retryAfter = res.headers['retry-after'];
+      // Always consume the body: an unread body keeps the connection from being reused.
+      snippet = await readSnippet(res.body, status >= 200 && status < 300 ? 0 : SNIPPET_BYTES);
+    } catch (err) {
+      const detail = signal.aborted || isTimeout(err) ? `timed out after ${this.timeoutMs} ms` : errorMessage(err);
+      throw new RetryLaterError(`${where}: ${detail}`, undefined, { cause: err });
+    }
+    if (status >= 200 && status < 300) return;
+    const detail = `HTTP ${status}${snippet ? `: ${snippet}` : ''}`;
+    if (status === 408 || status === 429 || status >= 500) {
+      const retryAfterMs = parseRetryAfter(retryAfter, RETRY_AFTER_CAP_MS);
+      this.ctx.logger.debug({ sink: this.name, key: change.key, status, retryAfterMs }, 'webhook asked to retry');
+      throw new RetryLaterError(`${where}: ${detail}`, retryAfterMs);
+    }
+    if (status >= 300 && status < 400) {
+      throw new NeverError(`${where}: ${detail} (redirects are not followed: configure the final URL)`);
+    }
+    throw new NeverError(`${where}: ${detail}`);
+  }
+
+  close(): Promise<void> {
+    this.closing ??= this.pool.close().catch((err: unknown) => {
+      this.ctx.logger.warn({ sink: this.name, err: errorMessage(err) }, 'webhook sink close failed');
+    });
+    return this.closing;
+  }
+}
+
+function isTimeout(err: unknown): boolean {
+  const code = (err as { code?: unknown; name?: unknown } | null)?.code;
+  const name = (err as { name?: unknown } | null)?.name;
+  return (
+    code === 'UND_ERR_HEADERS_TIMEOUT' ||
+    code === 'UND_ERR_BODY_TIMEOUT' ||
+    code === 'UND_ERR_CONNECT_TIMEOUT' ||
+    name === 'TimeoutError'
+  );
+}
+
+/** Reads the whole body, keeping at most `keep` bytes of it as text for error messages. */
+async function readSnippet(body: AsyncIterable<Buffer>, keep: number): Promise<string> {
+  const kept: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    if (size < keep) {
+      kept.push(chunk.subarray(0, keep - size));
+      size += Math.min(chunk.length, keep - size);
+    }
+  }
+  return Buffer.concat(kept).toString('utf8').replace(/\s+/g, ' ').trim();
+}

@@ -1,0 +1,53 @@
+// Numbered migrations, applied in order inside one transaction each; PRAGMA user_version records
+// the last one applied. Append only: never edit a migration that has shipped.
+export const migrations: { version: number; name: string; sql: string }[] = [
+  {
+    version: 1,
+    name: 'cursors, source status, locks, local queue, dead letters',
+    sql: `
+      CREATE TABLE cursors (
+        source      TEXT PRIMARY KEY,
+        event_id    INTEGER NOT NULL,
+        -- ids above event_id already queued (workflow overlap), JSON array
+        seen_above  TEXT NOT NULL DEFAULT '[]',
+        updated_at  INTEGER NOT NULL
+      );
+      CREATE TABLE source_status (
+        source          TEXT PRIMARY KEY,
+        last_poll_at    INTEGER,
+        last_ok_at      INTEGER,
+        last_event_at   INTEGER,
+        behind          INTEGER NOT NULL DEFAULT 0,
+        last_error      TEXT
+      );
+      CREATE TABLE source_locks (
+        source        TEXT PRIMARY KEY,
+        owner         TEXT NOT NULL,
+        heartbeat_at  INTEGER NOT NULL
+      );
+      CREATE TABLE deliveries (
+        id            INTEGER PRIMARY KEY AUTOINCREMENT,
+        sink          TEXT NOT NULL,
+        key           TEXT NOT NULL,
+        subject_key   TEXT NOT NULL,
+        body          TEXT NOT NULL,
+        attempts      INTEGER NOT NULL DEFAULT 0,
+        available_at  INTEGER NOT NULL DEFAULT 0,
+        last_error    TEXT,
+        UNIQUE (sink, key)
+      );
+      CREATE INDEX deliveries_by_sink ON deliveries (sink, id);
+      CREATE INDEX deliveries_by_subject ON deliveries (sink, subject_key, id);
+      CREATE TABLE dead_letters (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        sink       TEXT NOT NULL,
+        key        TEXT NOT NULL,
+        body       TEXT NOT NULL,
+        attempts   INTEGER NOT NULL,
+        error      TEXT NOT NULL,
+        failed_at  INTEGER NOT NULL,
+        UNIQUE (sink, key)
+      );
+    `,
+  },
+];

@@ -1,0 +1,49 @@
+import Database from 'better-sqlite3';
+import { accessSync, constants, mkdirSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { FeedsyncError } from '../errors.js';
+import { migrations } from './migrations.js';
+
+export type Db = Database.Database;
+
+/** The store could not be opened or written: a clear, non-retryable start-up error. */
+export class StoreError extends FeedsyncError {
+  override name = 'StoreError';
+  constructor(path: string, detail: string) {
+    super(`store ${path}: ${detail}`, false);
+  }
+}
+
+/**
+ * Open (creating if needed) the SQLite store in WAL mode and bring its schema up to date.
+ * synchronous=NORMAL: a commit survives a process crash (kill -9); on power loss the last commits
+ * may roll back together with the cursor they carry, which re-reads events rather than losing them.
+ */
+export function openStore(path: string): Db {
+  const abs = resolve(path);
+  let db: Db;
+  try {
+    mkdirSync(dirname(abs), { recursive: true });
+    accessSync(dirname(abs), constants.W_OK);
+    db = new Database(abs, { timeout: 5000 });
+    db.pragma('journal_mode = WAL');
+    db.pragma('synchronous = NORMAL');
+    db.pragma('foreign_keys = ON');
+    migrate(db);
+  } catch (err) {
+    if (err instanceof StoreError) throw err;
+    throw new StoreError(abs, `cannot open or write (${(err as Error).message})`);
+  }
+  return db;
+}
+
+function migrate(db: Db): void {
+  const current = db.pragma('user_version', { simple: true }) as number;
+  for (const m of migrations) {
+    if (m.version <= current) continue;
+    db.transaction(() => {
+      db.exec(m.sql);
+      db.pragma(`user_version = ${m.version}`);
+    })();
+  }
+}

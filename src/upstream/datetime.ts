@@ -1,0 +1,46 @@
+// ISO 8601 date-time recognition and normalization to UTC with milliseconds and `Z`.
+// Written by hand because Date.parse silently rolls invalid dates over (Feb 30 → Mar 2) and
+// accepts zone-less strings as local time, both of which would corrupt occurred_at.
+
+const ISO_DATETIME =
+  /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?(Z|[+-]\d{2}(?::?\d{2})?)$/;
+
+/**
+ * The instant as `YYYY-MM-DDTHH:MM:SS.mmmZ`, or undefined when `s` is not a complete, valid
+ * ISO 8601 date-time with a zone (`Z` or a numeric offset).
+ */
+export function normalizeDateTime(s: string): string | undefined {
+  const m = ISO_DATETIME.exec(s);
+  if (!m) return undefined;
+  const [, y, mo, d, hh, mi, ss = '0', frac = '', zone] = m;
+  const year = Number(y);
+  const month = Number(mo);
+  const day = Number(d);
+  const hour = Number(hh);
+  const minute = Number(mi);
+  const second = Number(ss);
+  if (month < 1 || month > 12) return undefined;
+  if (day < 1 || day > daysInMonth(year, month)) return undefined;
+  if (hour > 23 || minute > 59 || second > 59) return undefined;
+  let offsetMinutes = 0;
+  if (zone !== 'Z') {
+    const sign = zone!.startsWith('-') ? -1 : 1;
+    const digits = zone!.slice(1).replace(':', '');
+    const oh = Number(digits.slice(0, 2));
+    const om = digits.length > 2 ? Number(digits.slice(2)) : 0;
+    if (oh > 23 || om > 59) return undefined;
+    offsetMinutes = sign * (oh * 60 + om);
+  }
+  // Milliseconds are truncated, as Date.parse does with finer fractions.
+  const ms = frac === '' ? 0 : Number(frac.slice(0, 3).padEnd(3, '0'));
+  // setUTCFullYear rather than Date.UTC, which maps years 0–99 to 1900–1999.
+  const date = new Date(0);
+  date.setUTCFullYear(year, month - 1, day);
+  date.setUTCHours(hour, minute - offsetMinutes, second, ms);
+  return date.toISOString();
+}
+
+function daysInMonth(year: number, month: number): number {
+  if (month === 2) return (year % 4 === 0 && year % 100 !== 0) || year % 400 === 0 ? 29 : 28;
+  return [4, 6, 9, 11].includes(month) ? 30 : 31;
+}

@@ -1,0 +1,264 @@
+// HTTP Digest authentication (RFC 7616, with RFC 2069 compatibility when no qop is offered).
+// Pure logic, no I/O: the HTTP client feeds challenges in and asks for Authorization headers.
+import { createHash, randomBytes } from 'node:crypto';
+
+export type DigestAlgorithm = 'MD5' | 'MD5-sess' | 'SHA-256' | 'SHA-256-sess';
+
+export interface DigestChallenge {
+  realm: string;
+  nonce: string;
+  opaque?: string;
+  /** As the server spelled it (echoed back verbatim); undefined when the server sent none (MD5). */
+  algorithm?: string;
+  /** Normalized algorithm used for hashing. */
+  hash: DigestAlgorithm;
+  /** The qop we will use: 'auth', or undefined for RFC 2069 mode. */
+  qop?: 'auth';
+  stale: boolean;
+  /** RFC 7616 `userhash=true`: the username is sent hashed. */
+  userhash: boolean;
+}
+
+export class DigestChallengeError extends Error {
+  override name = 'DigestChallengeError';
+}
+
+const ALGORITHMS: Record<string, DigestAlgorithm> = {
+  md5: 'MD5',
+  'md5-sess': 'MD5-sess',
+  'sha-256': 'SHA-256',
+  'sha-256-sess': 'SHA-256-sess',
+};
+
+/**
+ * Split a WWW-Authenticate value (possibly several challenges, possibly several headers) into
+ * scheme + params. Tokens and quoted strings are tokenized by hand because commas separate both
+ * challenges and params, and quoted strings may contain commas and escaped quotes.
+ */
+export function parseAuthenticateHeader(
+  header: string | string[],
+): { scheme: string; params: Record<string, string> }[] {
+  const values = Array.isArray(header) ? header : [header];
+  const result: { scheme: string; params: Record<string, string> }[] = [];
+  for (const value of values) parseOne(value, result);
+  return result;
+}
+
+function parseOne(input: string, out: { scheme: string; params: Record<string, string> }[]): void {
+  let i = 0;
+  const n = input.length;
+  const skipWs = (): void => {
+    while (i < n && (input[i] === ' ' || input[i] === '\t')) i++;
+  };
+  const readToken = (): string => {
+    const start = i;
+    while (i < n && !/[\s,=]/.test(input[i]!)) i++;
+    return input.slice(start, i);
+  };
+  const readQuoted = (): string => {
+    // Precondition: input[i] === '"'.
+    i++;
+    let s = '';
+    while (i < n && input[i] !== '"') {
+      if (input[i] === '\\' && i + 1 < n) i++;
+      s += input[i];
+      i++;
+    }
+    i++; // closing quote (or end of input for an unterminated string: tolerated)
+    return s;
+  };
+  let current: { scheme: string; params: Record<string, string> } | undefined;
+  while (i < n) {
+    skipWs();
+    if (input[i] === ',') {
+      i++;
+      continue;
+    }
+    if (i >= n) break;
+    const token = readToken();
+    skipWs();
+    if (input[i] === '=' && current && token !== '') {
+      // A param of the current challenge (token68 values of other schemes end up here too,
+      // harmlessly, because we only ever read Digest params).
+      i++;
+      skipWs();
+      const value = input[i] === '"' ? readQuoted() : readToken();
+      current.params[token.toLowerCase()] = value;
+    } else if (token !== '') {
+      // A new scheme. Whatever follows before the next "name=" is its token68 or first param.
+      current = { scheme: token, params: {} };
+      out.push(current);
+      // Token68 (e.g. `Negotiate abc==`) for non-Digest schemes: swallow it.
+      if (input[i] !== undefined && input[i] !== ',' && !isParamAhead(input, i)) {
+        while (i < n && input[i] !== ',') i++;
+      }
+    } else {
+      i++;
+    }
+  }
+}
+
+function isParamAhead(input: string, from: number): boolean {
+  return /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+\s*=(?!=)/.test(input.slice(from));
+}
+
+/** Pick and validate the Digest challenge among the challenges in a WWW-Authenticate header. */
+export function parseDigestChallenge(header: string | string[] | undefined): DigestChallenge {
+  if (header === undefined || (Array.isArray(header) && header.length === 0)) {
+    throw new DigestChallengeError('401 without a WWW-Authenticate header');
+  }
+  const challenges = parseAuthenticateHeader(header).filter((c) => c.scheme.toLowerCase() === 'digest');
+  if (challenges.length === 0) throw new DigestChallengeError('no Digest challenge in WWW-Authenticate');
+  // Prefer the strongest algorithm we support when the server offers several (RFC 7616 §3.7).
+  const supported = challenges
+    .map((c) => ({ c, hash: ALGORITHMS[(c.params.algorithm ?? 'MD5').toLowerCase()] }))
+    .filter((x): x is { c: (typeof challenges)[number]; hash: DigestAlgorithm } => x.hash !== undefined);
+  if (supported.length === 0) {
+    throw new DigestChallengeError(
+      `unsupported digest algorithm(s): ${challenges.map((c) => c.params.algorithm).join(', ')}`,
+    );
+  }
+  supported.sort((a, b) => strength(b.hash) - strength(a.hash));
+  const { c, hash } = supported[0]!;
+  const { realm, nonce } = c.params;
+  if (realm === undefined) throw new DigestChallengeError('Digest challenge without realm');
+  if (nonce === undefined || nonce === '') throw new DigestChallengeError('Digest challenge without nonce');
+  let qop: 'auth' | undefined;
+  if (c.params.qop !== undefined) {
+    const offered = c.params.qop.split(',').map((q) => q.trim().toLowerCase());
+    // auth-int would force us to hash every body; we only GET, and servers offering only
+    // auth-int are unheard of for this API, so reject clearly rather than guess.
+    if (!offered.includes('auth')) throw new DigestChallengeError(`unsupported qop: ${c.params.qop}`);
+    qop = 'auth';
+  }
+  return {
+    realm,
+    nonce,
+    opaque: c.params.opaque,
+    algorithm: c.params.algorithm,
+    hash,
+    qop,
+    stale: (c.params.stale ?? '').toLowerCase() === 'true',
+    userhash: (c.params.userhash ?? '').toLowerCase() === 'true',
+  };
+}
+
+function strength(a: DigestAlgorithm): number {
+  return a.startsWith('SHA-256') ? 2 : 1;
+}
+
+function h(algorithm: DigestAlgorithm, data: string): string {
+  return createHash(algorithm.startsWith('SHA-256') ? 'sha256' : 'md5')
+    .update(data, 'utf8')
+    .digest('hex');
+}
+
+function quote(s: string): string {
+  return `"${s.replace(/["\\]/g, '\\$&')}"`;
+}
+
+export interface DigestCredentials {
+  username: string;
+  password: string;
+}
+
+/** Build one Authorization header value for `challenge`. `nc` is the 1-based nonce count. */
+export function buildAuthorization(
+  challenge: DigestChallenge,
+  creds: DigestCredentials,
+  method: string,
+  uri: string,
+  nc: number,
+  cnonce: string,
+): string {
+  const alg = challenge.hash;
+  let ha1 = h(alg, `${creds.username}:${challenge.realm}:${creds.password}`);
+  if (alg.endsWith('-sess')) ha1 = h(alg, `${ha1}:${challenge.nonce}:${cnonce}`);
+  const ha2 = h(alg, `${method}:${uri}`);
+  const ncHex = nc.toString(16).padStart(8, '0');
+  const response = challenge.qop
+    ? h(alg, `${ha1}:${challenge.nonce}:${ncHex}:${cnonce}:${challenge.qop}:${ha2}`)
+    : h(alg, `${ha1}:${challenge.nonce}:${ha2}`);
+  const username = challenge.userhash ? h(alg, `${creds.username}:${challenge.realm}`) : creds.username;
+  const parts = [
+    `username=${quote(username)}`,
+    `realm=${quote(challenge.realm)}`,
+    `uri=${quote(uri)}`,
+  ];
+  if (challenge.algorithm !== undefined) parts.push(`algorithm=${challenge.algorithm}`);
+  parts.push(`nonce=${quote(challenge.nonce)}`);
+  if (challenge.qop) parts.push(`nc=${ncHex}`, `cnonce=${quote(cnonce)}`, `qop=${challenge.qop}`);
+  parts.push(`response=${quote(response)}`);
+  if (challenge.opaque !== undefined) parts.push(`opaque=${quote(challenge.opaque)}`);
+  if (challenge.userhash) parts.push('userhash=true');
+  return `Digest ${parts.join(', ')}`;
+}
+
+export interface Authorized {
+  header: string;
+  /** Which challenge generation built it; lets the client tell "reused nonce" from "fresh". */
+  generation: number;
+  /** Whether this is the first use of the challenge's nonce (nc = 1). */
+  fresh: boolean;
+}
+
+/**
+ * The digest state for one origin: the current challenge and its nonce count. Shared by every
+ * request in flight to that origin; authorize() is synchronous so each call gets its own nc.
+ */
+export class DigestSession {
+  private challenge: DigestChallenge | undefined;
+  private nc = 0;
+  private gen = 0;
+
+  constructor(
+    private readonly creds: DigestCredentials,
+    private readonly makeCnonce: () => string = () => randomBytes(16).toString('hex'),
+  ) {}
+
+  /** Whether a challenge is cached (so requests can be authorized pre-emptively). */
+  get ready(): boolean {
+    return this.challenge !== undefined;
+  }
+
+  /** Current challenge generation; bumps on every onChallenge/nextnonce. */
+  get generation(): number {
+    return this.gen;
+  }
+
+  /** Authorization for one request, or undefined when no challenge has been seen yet. */
+  authorize(method: string, uri: string): Authorized | undefined {
+    const challenge = this.challenge;
+    if (!challenge) return undefined;
+    this.nc += 1;
+    const nc = this.nc;
+    return {
+      header: buildAuthorization(challenge, this.creds, method, uri, nc, this.makeCnonce()),
+      generation: this.gen,
+      fresh: nc === 1,
+    };
+  }
+
+  /** A 401's WWW-Authenticate: adopt its nonce (stale or not) and restart counting. */
+  onChallenge(header: string | string[] | undefined): DigestChallenge {
+    const challenge = parseDigestChallenge(header);
+    this.challenge = challenge;
+    this.nc = 0;
+    this.gen += 1;
+    return challenge;
+  }
+
+  /** Authentication-Info on a success: switch to `nextnonce` when the server rotates it. */
+  onAuthenticationInfo(header: string | string[] | undefined): void {
+    if (header === undefined || !this.challenge) return;
+    const value = Array.isArray(header) ? header.join(', ') : header;
+    // Authentication-Info has no scheme, so prefix one to reuse the challenge tokenizer.
+    const [info] = parseAuthenticateHeader(`Digest ${value}`);
+    const next = info?.params.nextnonce;
+    if (next && next !== this.challenge.nonce) {
+      this.challenge = { ...this.challenge, nonce: next, stale: false };
+      this.nc = 0;
+      this.gen += 1;
+    }
+  }
+}

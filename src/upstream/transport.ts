@@ -1,0 +1,61 @@
+// One GET over a keep-alive pool, with a deadline covering headers AND body. Every failure comes
+// out as an UpstreamTransportError built from the error's code and message only: undici errors
+// are never passed on as `cause`, so nothing of the request (its Authorization header) can leak.
+import { Pool } from 'undici';
+import { UpstreamTransportError } from '../errors.js';
+
+export interface RawResponse {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: string;
+}
+
+export interface SendOptions {
+  /** Request path + query. */
+  path: string;
+  headers: Record<string, string>;
+  timeoutMs: number;
+  signal?: AbortSignal;
+  /** Whether the body is needed (false: drained and discarded, e.g. a 401's). */
+  readBody: (status: number) => boolean;
+}
+
+/** The reason an abort was requested, as something throwable. */
+export function abortReason(signal: AbortSignal): unknown {
+  return signal.reason ?? new DOMException('This operation was aborted', 'AbortError');
+}
+
+const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT']);
+
+export async function send(pool: Pool, url: string, opts: SendOptions): Promise<RawResponse> {
+  if (opts.signal?.aborted) throw abortReason(opts.signal);
+  const deadline = AbortSignal.timeout(opts.timeoutMs);
+  const signal = opts.signal ? AbortSignal.any([opts.signal, deadline]) : deadline;
+  try {
+    const res = await pool.request({ method: 'GET', path: opts.path, headers: opts.headers, signal });
+    let body = '';
+    if (opts.readBody(res.statusCode)) body = await res.body.text();
+    else await res.body.dump();
+    return { status: res.statusCode, headers: res.headers, body };
+  } catch (err) {
+    if (opts.signal?.aborted) throw abortReason(opts.signal);
+    const code = (err as { code?: unknown }).code;
+    if (deadline.aborted || (typeof code === 'string' && TIMEOUT_CODES.has(code))) {
+      throw new UpstreamTransportError(url, 'timeout', `no complete response within ${opts.timeoutMs} ms`);
+    }
+    throw new UpstreamTransportError(url, 'network', describe(err));
+  }
+}
+
+function describe(err: unknown): string {
+  if (!(err instanceof Error)) return String(err);
+  const code = (err as { code?: unknown }).code;
+  // Socket errors hide the useful part (ECONNRESET, ECONNREFUSED) in `cause`.
+  const cause = err.cause instanceof Error ? err.cause : undefined;
+  const causeCode = cause ? (cause as { code?: unknown }).code : undefined;
+  const parts = [typeof code === 'string' ? code : undefined, err.message];
+  if (cause && cause.message !== err.message) {
+    parts.push(`(${typeof causeCode === 'string' ? `${causeCode}: ` : ''}${cause.message})`);
+  }
+  return parts.filter(Boolean).join(' ');
+}

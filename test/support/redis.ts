@@ -1,0 +1,212 @@
+// A real Redis for integration tests: a private redis-server child process on 127.0.0.1 with its own
+// temp dir, or (only when redis-server is missing and Docker is reachable) a redis:7 container.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { createServer, Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+export interface RedisServer {
+  /** redis://127.0.0.1:PORT */
+  url: string;
+  port: number;
+  /** Graceful shutdown (SIGTERM: with appendonly the AOF is flushed). Idempotent. */
+  stop(): Promise<void>;
+  /** stop + start on the same port and dir; data is kept when appendonly is on. */
+  restart(): Promise<void>;
+  /** SIGKILL, no flush. */
+  kill(): void;
+}
+
+export interface StartRedisOptions {
+  appendonly?: boolean;
+}
+
+const REDIS_BIN_CANDIDATES = ['/usr/bin/redis-server', '/usr/local/bin/redis-server'];
+const READY_TIMEOUT_MS = 10_000;
+const STOP_TIMEOUT_MS = 5_000;
+
+export async function startRedis(opts: StartRedisOptions = {}): Promise<RedisServer> {
+  const bin = findRedisBinary();
+  if (bin) return startLocal(bin, opts.appendonly ?? false);
+  if (process.env.DOCKER_HOST || existsSync('/var/run/docker.sock')) return startContainer(opts.appendonly ?? false);
+  throw new Error(
+    'no Redis available for tests: install redis-server (apt-get install -y redis-server) or make Docker reachable',
+  );
+}
+
+function findRedisBinary(): string | undefined {
+  for (const candidate of REDIS_BIN_CANDIDATES) if (existsSync(candidate)) return candidate;
+  for (const dir of (process.env.PATH ?? '').split(':')) {
+    if (dir && existsSync(join(dir, 'redis-server'))) return join(dir, 'redis-server');
+  }
+  return undefined;
+}
+
+async function startLocal(bin: string, appendonly: boolean): Promise<RedisServer> {
+  const dir = mkdtempSync(join(tmpdir(), 'feedsync-redis-'));
+  let child: ChildProcess | undefined;
+  let port = 0;
+  // Another process can grab the port between our probe and redis binding it: retry a few times.
+  for (let attempt = 0; attempt < 5 && !child; attempt++) {
+    port = await freePort();
+    try {
+      child = await spawnRedis(bin, port, dir, appendonly);
+    } catch (err) {
+      if (attempt === 4) {
+        rmSync(dir, { recursive: true, force: true });
+        throw err;
+      }
+    }
+  }
+  let removed = false;
+  const cleanupDir = (): void => {
+    if (removed) return;
+    removed = true;
+    rmSync(dir, { recursive: true, force: true });
+  };
+  const server: RedisServer = {
+    url: `redis://127.0.0.1:${port}`,
+    port,
+    async stop() {
+      await stopChild(child);
+      child = undefined;
+      cleanupDir();
+    },
+    async restart() {
+      await stopChild(child);
+      child = await spawnRedis(bin, port, dir, appendonly);
+    },
+    kill() {
+      child?.kill('SIGKILL');
+      child = undefined;
+    },
+  };
+  return server;
+}
+
+function spawnRedis(bin: string, port: number, dir: string, appendonly: boolean): Promise<ChildProcess> {
+  const args = [
+    '--port',
+    String(port),
+    '--bind',
+    '127.0.0.1',
+    '--dir',
+    dir,
+    '--save',
+    '',
+    '--appendonly',
+    appendonly ? 'yes' : 'no',
+    '--daemonize',
+    'no',
+    '--loglevel',
+    'warning',
+  ];
+  const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  const collect = (chunk: Buffer): void => {
+    if (output.length < 4000) output += chunk.toString('utf8');
+  };
+  child.stdout?.on('data', collect);
+  child.stderr?.on('data', collect);
+  // Never outlive the test process, even when a test forgets afterAll.
+  const onExit = (): void => {
+    child.kill('SIGKILL');
+  };
+  process.once('exit', onExit);
+  child.once('exit', () => process.removeListener('exit', onExit));
+  return new Promise((resolve, reject) => {
+    let settled = false;
+    const fail = (err: Error): void => {
+      if (settled) return;
+      settled = true;
+      child.kill('SIGKILL');
+      reject(err);
+    };
+    child.once('error', (err) => fail(new Error(`cannot start ${bin}: ${err.message}`)));
+    child.once('exit', (code) =>
+      fail(new Error(`redis-server on port ${port} exited with code ${code} before it was ready: ${output.trim()}`)),
+    );
+    const deadline = Date.now() + READY_TIMEOUT_MS;
+    const poll = async (): Promise<void> => {
+      while (!settled && Date.now() < deadline) {
+        if (await pingOnce(port)) {
+          settled = true;
+          resolve(child);
+          return;
+        }
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      fail(new Error(`redis-server on port ${port} did not answer PING within ${READY_TIMEOUT_MS} ms`));
+    };
+    void poll();
+  });
+}
+
+async function stopChild(child: ChildProcess | undefined): Promise<void> {
+  if (!child || child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), STOP_TIMEOUT_MS);
+  await exited;
+  clearTimeout(timer);
+}
+
+/** A raw RESP PING so this helper does not depend on the client library under test. */
+function pingOnce(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = new Socket();
+    let data = '';
+    const done = (ok: boolean): void => {
+      socket.destroy();
+      resolve(ok);
+    };
+    socket.setTimeout(500, () => done(false));
+    socket.once('error', () => done(false));
+    socket.on('data', (chunk) => {
+      data += chunk.toString('utf8');
+      if (data.includes('\r\n')) done(data.startsWith('+PONG'));
+    });
+    socket.connect(port, '127.0.0.1', () => socket.write('PING\r\n'));
+  });
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const address = srv.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+async function startContainer(appendonly: boolean): Promise<RedisServer> {
+  const { GenericContainer } = await import('testcontainers');
+  const container = await new GenericContainer('redis:7')
+    .withCommand(['redis-server', '--save', '', '--appendonly', appendonly ? 'yes' : 'no'])
+    .withExposedPorts(6379)
+    .start();
+  const port = container.getMappedPort(6379);
+  let stopped = false;
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    port,
+    async stop() {
+      if (stopped) return;
+      stopped = true;
+      await container.stop();
+    },
+    async restart() {
+      await container.restart();
+      if (container.getMappedPort(6379) !== port) {
+        throw new Error(`redis container came back on port ${container.getMappedPort(6379)}, not ${port}`);
+      }
+    },
+    kill() {
+      void container.stop({ timeout: 0 });
+    },
+  };
+}
