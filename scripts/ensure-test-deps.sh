@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The suite talks to a real redis-server and checks metrics with promtool (Debian's prometheus
+# package). Install whichever is missing when we may (root, apt available); otherwise say what to do.
+set -euo pipefail
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "installing test dependencies: ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "the tests need: ${missing[*]} (Debian/Ubuntu: sudo apt-get install -y ${missing[*]})" >&2
+  exit 1
+fi
