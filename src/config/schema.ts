@@ -20,42 +20,41 @@ const nonEmpty = z.string().min(1, { error: 'must not be empty' });
 const durationMs = z.number().int().nonnegative();
 const atLeastOne = z.number().int().min(1);
 
-function isHttpUrl(value: string): boolean {
+function parseUrl(value: string): URL | undefined {
   try {
-    const url = new URL(value);
-    return (url.protocol === 'http:' || url.protocol === 'https:') && url.hostname !== '';
+    return new URL(value);
   } catch {
-    return false;
+    return undefined;
   }
+}
+
+function isHttpUrl(value: string): boolean {
+  const url = parseUrl(value);
+  return url !== undefined && (url.protocol === 'http:' || url.protocol === 'https:') && url.hostname !== '';
 }
 
 const httpUrl = z.string().refine(isHttpUrl, { error: 'must be an http(s) URL' });
 
-const baseUrl = httpUrl
-  .refine(
-    (value) => {
-      const url = new URL(value);
-      return url.search === '' && url.hash === '' && !value.includes('?') && !value.includes('#');
-    },
-    { error: 'must not have a query or fragment (the feed is {base_url}/api/events)' },
-  )
-  .refine(
-    (value) => {
-      const url = new URL(value);
-      return url.username === '' && url.password === '';
-    },
-    { error: 'must not contain credentials (use username and password)' },
-  )
+// One check, one message: chained refines would all run and pile up on a non-URL.
+const baseUrl = z
+  .string()
+  .superRefine((value, ctx) => {
+    const url = parseUrl(value);
+    let problem: string | undefined;
+    if (url === undefined || !isHttpUrl(value)) problem = 'must be an http(s) URL';
+    else if (url.search !== '' || url.hash !== '' || /[?#]/.test(value)) {
+      problem = 'must not have a query or fragment (the feed is {base_url}/api/events)';
+    } else if (url.username !== '' || url.password !== '') {
+      problem = 'must not contain credentials (use username and password)';
+    }
+    if (problem !== undefined) ctx.addIssue({ code: 'custom', message: problem });
+  })
   .transform((value) => value.replace(/\/+$/, ''));
 
 const redisUrl = z.string().refine(
   (value) => {
-    try {
-      const protocol = new URL(value).protocol;
-      return protocol === 'redis:' || protocol === 'rediss:';
-    } catch {
-      return false;
-    }
+    const protocol = parseUrl(value)?.protocol;
+    return protocol === 'redis:' || protocol === 'rediss:';
   },
   // Never echo the value: it usually carries the Redis password.
   { error: 'must be a redis:// or rediss:// URL' },

@@ -18,6 +18,8 @@ export interface JsonlSinkOptions {
 export interface JsonlSink extends Sink {
   /** Counters for observing group commit: each batch is one write + one fsync. */
   readonly stats: { batches: number; lines: number };
+  /** False while the last write failed (or after close). */
+  healthy(): Promise<boolean>;
 }
 
 interface Waiter {
@@ -46,7 +48,10 @@ export async function openJsonlSink(
     await sink.ensureOpen();
   } catch (err) {
     // A missing mount at start-up should not stop the daemon: deliveries retry until it is back.
-    ctx.logger.warn({ sink: config.name, path: sink.path, err: errorMessage(err) }, 'jsonl sink cannot open its file yet');
+    ctx.logger.warn(
+      { sink: config.name, path: sink.path, err: errorMessage(err) },
+      'jsonl sink cannot open its file yet',
+    );
   }
   return sink;
 }
@@ -76,7 +81,9 @@ class JsonlFileSink implements JsonlSink {
 
   deliver(change: Change): Promise<void> {
     if (this.closing) {
-      return Promise.reject(new RetryLaterError(`sink "${this.name}": closed, cannot append to ${this.path}`));
+      return Promise.reject(
+        new RetryLaterError(`sink "${this.name}": closed, cannot append to ${this.path}`),
+      );
     }
     if (this.written.has(change.key)) return Promise.resolve();
     const existing = this.inProgress.get(change.key);

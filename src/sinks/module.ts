@@ -27,9 +27,13 @@ export async function openModuleSink(config: ModuleSinkConfig, ctx: SinkContext)
   try {
     user = await (factory as SinkFactory)(config.options, ctx);
   } catch (err) {
-    throw new FeedsyncError(`sink "${config.name}": factory of ${modulePath} failed: ${errorMessage(err)}`, true, {
-      cause: err,
-    });
+    throw new FeedsyncError(
+      `sink "${config.name}": factory of ${modulePath} failed: ${errorMessage(err)}`,
+      true,
+      {
+        cause: err,
+      },
+    );
   }
   const shape = user as Partial<Record<keyof Sink, unknown>> | null | undefined;
   if (typeof shape?.deliver !== 'function' || typeof shape.close !== 'function') {
@@ -75,9 +79,13 @@ class GuardedSink implements Sink {
     this.closing ??= Promise.resolve()
       .then(() => this.inner.close())
       .catch((err: unknown) => {
-        throw new FeedsyncError(`sink "${this.name}" (${this.modulePath}): close failed: ${errorMessage(err)}`, false, {
-          cause: err,
-        });
+        throw new FeedsyncError(
+          `sink "${this.name}" (${this.modulePath}): close failed: ${errorMessage(err)}`,
+          false,
+          {
+            cause: err,
+          },
+        );
       });
     return this.closing;
   }
@@ -93,7 +101,8 @@ class GuardedSink implements Sink {
     const name = (err as { name?: unknown } | null)?.name;
     if (name === 'NeverError') return new NeverError(where, { cause: err });
     const retryAfter = (err as { retryAfterMs?: unknown } | null)?.retryAfterMs;
-    const retryAfterMs = name === 'RetryLaterError' && typeof retryAfter === 'number' ? retryAfter : undefined;
+    const retryAfterMs =
+      name === 'RetryLaterError' && typeof retryAfter === 'number' ? retryAfter : undefined;
     return new RetryLaterError(where, retryAfterMs, { cause: err });
   }
 }

@@ -30,7 +30,10 @@ export async function openSink(config: SinkConfig, ctx: SinkContext): Promise<Si
     default: {
       // Unreachable for a validated config; kept so a hand-built config still gets a clear error.
       const type = (config as { type?: unknown }).type;
-      throw new ConfigError(`sinks.${(config as { name?: unknown }).name}.type`, `unknown sink type ${JSON.stringify(type)}; known: ${Object.keys(sinkTypes).join(', ')}`);
+      throw new ConfigError(
+        `sinks.${(config as { name?: unknown }).name}.type`,
+        `unknown sink type ${JSON.stringify(type)}; known: ${Object.keys(sinkTypes).join(', ')}`,
+      );
     }
   }
 }

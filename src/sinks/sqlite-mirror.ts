@@ -48,9 +48,13 @@ export async function openSqliteSink(
     db.pragma(`busy_timeout = ${Math.max(0, Math.floor(options.busyTimeoutMs ?? 5000))}`);
     migrateMirror(db);
   } catch (err) {
-    throw new FeedsyncError(`sink "${config.name}": cannot open mirror database ${path}: ${errorMessage(err)}`, true, {
-      cause: err,
-    });
+    throw new FeedsyncError(
+      `sink "${config.name}": cannot open mirror database ${path}: ${errorMessage(err)}`,
+      true,
+      {
+        cause: err,
+      },
+    );
   }
   return new SqliteMirrorSink(config.name, path, db);
 }

@@ -48,7 +48,8 @@ class WebhookSink implements Sink {
   }
 
   async deliver(change: Change): Promise<void> {
-    if (this.closing) throw new RetryLaterError(`sink "${this.name}": closed, not posting to ${this.shownUrl}`);
+    if (this.closing)
+      throw new RetryLaterError(`sink "${this.name}": closed, not posting to ${this.shownUrl}`);
     const body = Buffer.from(JSON.stringify(change), 'utf8');
     const headers: Record<string, string> = {
       'content-type': 'application/json',
@@ -56,7 +57,8 @@ class WebhookSink implements Sink {
       'user-agent': this.userAgent,
     };
     if (this.secret !== undefined && this.secret !== '') {
-      headers['x-feedsync-signature'] = 'sha256=' + createHmac('sha256', this.secret).update(body).digest('hex');
+      headers['x-feedsync-signature'] =
+        'sha256=' + createHmac('sha256', this.secret).update(body).digest('hex');
     }
     const where = `sink "${this.name}": POST ${this.shownUrl} (key ${change.key})`;
     const signal = AbortSignal.timeout(this.timeoutMs);
@@ -78,14 +80,18 @@ class WebhookSink implements Sink {
       // Always consume the body: an unread body keeps the connection from being reused.
       snippet = await readSnippet(res.body, status >= 200 && status < 300 ? 0 : SNIPPET_BYTES);
     } catch (err) {
-      const detail = signal.aborted || isTimeout(err) ? `timed out after ${this.timeoutMs} ms` : errorMessage(err);
+      const detail =
+        signal.aborted || isTimeout(err) ? `timed out after ${this.timeoutMs} ms` : errorMessage(err);
       throw new RetryLaterError(`${where}: ${detail}`, undefined, { cause: err });
     }
     if (status >= 200 && status < 300) return;
     const detail = `HTTP ${status}${snippet ? `: ${snippet}` : ''}`;
     if (status === 408 || status === 429 || status >= 500) {
       const retryAfterMs = parseRetryAfter(retryAfter, RETRY_AFTER_CAP_MS);
-      this.ctx.logger.debug({ sink: this.name, key: change.key, status, retryAfterMs }, 'webhook asked to retry');
+      this.ctx.logger.debug(
+        { sink: this.name, key: change.key, status, retryAfterMs },
+        'webhook asked to retry',
+      );
       throw new RetryLaterError(`${where}: ${detail}`, retryAfterMs);
     }
     if (status >= 300 && status < 400) {

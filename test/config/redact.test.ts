@@ -1,0 +1,75 @@
+import { describe, expect, it } from 'vitest';
+import { validateConfig } from '../../src/config/load.js';
+import { collectSecrets, redactConfig, redactUrlPassword } from '../../src/config/redact.js';
+import { minimalRaw } from './helpers.js';
+
+function configWithSecrets() {
+  const raw = minimalRaw();
+  raw.sources[0].password = 'src-pass-1';
+  raw.sources.push({ ...raw.sources[0], name: 'wf', service: 'workflow', password: 'src-pass-2' });
+  raw.queue = { driver: 'bullmq', redis_url: 'redis://feedsync:p%40ss%2Fw0rd@127.0.0.1:6379/2' };
+  raw.sinks.push(
+    { name: 'hook', type: 'webhook', url: 'https://bot:hookpw@example.test/h?x=1', secret: 'hmac-secret' },
+    { name: 'plain', type: 'webhook', url: 'https://example.test/p' },
+    {
+      name: 'mine',
+      type: 'module',
+      module: './m.js',
+      options: {
+        api_token: 'tok-123',
+        nested: { password: 'deep-pw', list: [{ secret: 'in-list' }] },
+        size: 3,
+      },
+    },
+  );
+  return validateConfig(raw, { dir: '/etc/feedsync' });
+}
+
+describe('redaction', () => {
+  it('leaves no secret value anywhere in the redacted copy and keeps the rest', () => {
+    const config = configWithSecrets();
+    const secrets = collectSecrets(config);
+    expect(new Set(secrets)).toEqual(
+      new Set([
+        'src-pass-1',
+        'src-pass-2',
+        'p%40ss%2Fw0rd',
+        'p@ss/w0rd',
+        'hookpw',
+        'hmac-secret',
+        'tok-123',
+        'deep-pw',
+        'in-list',
+      ]),
+    );
+    const text = JSON.stringify(redactConfig(config));
+    for (const secret of secrets) expect(text).not.toContain(secret);
+    const redacted = redactConfig(config) as any;
+    expect(redacted.sources[0].password).toBe('<redacted>');
+    expect(redacted.sources[0].username).toBe('alice');
+    expect(redacted.queue.redis_url).toBe('redis://feedsync:<redacted>@127.0.0.1:6379/2');
+    expect(redacted.sinks[1].url).toBe('https://bot:<redacted>@example.test/h?x=1');
+    expect(redacted.sinks[1].secret).toBe('<redacted>');
+    expect(redacted.sinks[2]).not.toHaveProperty('secret');
+    expect(redacted.sinks[3].options).toEqual({
+      api_token: '<redacted>',
+      nested: { password: '<redacted>', list: [{ secret: '<redacted>' }] },
+      size: 3,
+    });
+  });
+
+  it('is a deep copy: the config itself is untouched', () => {
+    const config = configWithSecrets();
+    const before = structuredClone(config);
+    redactConfig(config);
+    expect(config).toEqual(before);
+  });
+
+  it('redacts URL passwords at the last @ of the authority, or the whole string when unsure', () => {
+    expect(redactUrlPassword('redis://127.0.0.1:6379')).toBe('redis://127.0.0.1:6379');
+    expect(redactUrlPassword('redis://:pw@h:1/0')).toBe('redis://:<redacted>@h:1/0');
+    expect(redactUrlPassword('redis://u:a@b@h:1')).toBe('redis://u:<redacted>@h:1');
+    expect(redactUrlPassword('redis://u:o@localhost')).toBe('<redacted>');
+    expect(redactUrlPassword('not a url with pw')).toBe('<redacted>');
+  });
+});
