@@ -15,8 +15,9 @@ export function backoffDelay(
   const safeAttempt = Number.isFinite(attempt) && attempt > 0 ? Math.floor(attempt) : 0;
   const base = Math.max(0, baseMs);
   const max = Math.max(0, maxMs);
-  // 2^attempt overflows to Infinity for huge attempts; min() then caps it cleanly at maxMs.
-  const ceiling = Math.min(max, base * 2 ** safeAttempt);
+  // The exponent is clamped because 2^1024 is Infinity and 0 * Infinity is NaN; for large
+  // exponents min() caps the (possibly infinite) product at maxMs.
+  const ceiling = Math.min(max, base * 2 ** Math.min(safeAttempt, 1023));
   const r = random();
   const fraction = Number.isFinite(r) ? Math.min(Math.max(r, 0), 1) : 0;
   return Math.floor(ceiling * fraction);

@@ -131,7 +131,11 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
     signal: AbortSignal | undefined,
   ): Promise<RawResponse> {
     const o = originFor(t.origin);
+    // The challenge generation our credentials came from (or, without credentials, the one seen
+    // before sending): a 401 only replaces the challenge if nobody has replaced it meanwhile.
+    let basedOn = o.digest.generation;
     let auth = o.digest.authorize('GET', t.path);
+    if (auth) basedOn = auth.generation;
     // Whether `auth` was built from a challenge received while serving this very request.
     let fresh = false;
     for (let round = 1; ; round++) {
@@ -141,7 +145,7 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
         return res;
       }
       let stale = false;
-      if (!auth || o.digest.generation === auth.generation) {
+      if (o.digest.generation === basedOn) {
         // Our cached nonce (or no credentials at all) was refused: adopt the server's new challenge.
         // When the generation moved on, a concurrent request already did so: reuse its challenge.
         try {
@@ -160,11 +164,16 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
       }
       fresh = true;
       auth = o.digest.authorize('GET', t.path);
+      basedOn = auth?.generation ?? basedOn;
     }
   }
 
   /** One attempt: a decoded result, or a typed error saying whether to retry. */
-  async function attempt(t: Target, kind: 'feed' | 'subject', signal: AbortSignal | undefined): Promise<FetchResult> {
+  async function attempt(
+    t: Target,
+    kind: 'feed' | 'subject',
+    signal: AbortSignal | undefined,
+  ): Promise<FetchResult> {
     const res = await authenticatedGet(t, kind, signal);
     if (res.status === 404) return { status: 404, url: t.display };
     if (res.status >= 200 && res.status < 300) {
@@ -172,16 +181,20 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
       const resource = decodeBody(res.body, contentType, t.display, opts.format, { linkRel: opts.linkRel });
       return { status: 200, url: t.display, resource };
     }
-    const retryAfterMs =
-      res.status === 429 || res.status === 503 || res.status === 408
-        ? parseRetryAfter(res.headers['retry-after'], retry.retryAfterCapMs)
-        : undefined;
+    const retryable = res.status >= 500 || res.status === 429 || res.status === 408;
+    const retryAfterMs = retryable
+      ? parseRetryAfter(res.headers['retry-after'], retry.retryAfterCapMs)
+      : undefined;
     throw new UpstreamHttpError(t.display, res.status, statusDetail(res.status), retryAfterMs);
   }
 
   return {
     async get(url, { kind, signal }) {
-      if (closed) throw new FeedsyncError(`upstream client of source ${opts.source} is closed (GET ${url})`, false);
+      if (closed)
+        throw new FeedsyncError(
+          `upstream client of source ${opts.source} is closed (GET ${stripUserinfoText(url)})`,
+          false,
+        );
       const t = target(url);
       let lastError: unknown;
       for (let i = 0; i < retry.attempts; i++) {
@@ -197,7 +210,14 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
         const asked = lastError instanceof UpstreamHttpError ? (lastError.retryAfterMs ?? 0) : 0;
         const delayMs = Math.max(backoff, asked);
         opts.logger?.warn(
-          { source: opts.source, kind, url: t.display, attempt: i + 1, delayMs, err: errorMessage(lastError) },
+          {
+            source: opts.source,
+            kind,
+            url: t.display,
+            attempt: i + 1,
+            delayMs,
+            err: errorMessage(lastError),
+          },
           'upstream request failed; retrying',
         );
         if (!(await sleep(delayMs, signal))) throw abortReason(signal!);

@@ -25,7 +25,10 @@ export function decodeBody(
   const mediaType = contentType?.split(';')[0]?.trim().toLowerCase() || undefined;
   const head = text.trimStart();
   if (mediaType === 'text/html' || mediaType === 'application/xhtml+xml' || HTML_START.test(head)) {
-    throw new DecodeError(url, `got an HTML page (content type ${mediaType ?? 'none'}) instead of ${expected}`);
+    throw new DecodeError(
+      url,
+      `got an HTML page (content type ${mediaType ?? 'none'}) instead of ${expected}`,
+    );
   }
   if (head === '') throw new DecodeError(url, 'empty body');
   if (mediaType !== undefined && formatOf(mediaType) !== expected) {
@@ -58,7 +61,10 @@ function decodeJson(text: string, url: string): Resource {
     throw new DecodeError(url, `malformed JSON: ${err instanceof Error ? err.message : String(err)}`);
   }
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
-    throw new DecodeError(url, `JSON body is ${Array.isArray(value) ? 'an array' : typeof value}, not an object`);
+    throw new DecodeError(
+      url,
+      `JSON body is ${Array.isArray(value) ? 'an array' : typeof value}, not an object`,
+    );
   }
   const resourceType = (value as { resource_type?: unknown }).resource_type;
   if (typeof resourceType !== 'string' || resourceType === '') {
@@ -72,14 +78,20 @@ function decodeJson(text: string, url: string): Resource {
 }
 
 /** Datetime strings → UTC ms Z; everything else as parsed. */
-function normalizeJson(value: Json): Json {
+function normalizeJson(value: Json | undefined): Json | undefined {
   if (typeof value === 'string') return normalizeDateTime(value) ?? value;
-  if (Array.isArray(value)) return value.map(normalizeJson);
+  if (Array.isArray(value)) return value.map((v) => normalizeJson(v) ?? null);
   if (value !== null && typeof value === 'object') {
-    const out: { [key: string]: Json } = {};
+    const out: { [key: string]: Json | undefined } = {};
     for (const [k, v] of Object.entries(value)) {
       // A plain assignment to "__proto__" would set the prototype instead of a field.
-      if (k === '__proto__') Object.defineProperty(out, k, { value: normalizeJson(v), enumerable: true, writable: true, configurable: true });
+      if (k === '__proto__')
+        Object.defineProperty(out, k, {
+          value: normalizeJson(v),
+          enumerable: true,
+          writable: true,
+          configurable: true,
+        });
       else out[k] = normalizeJson(v);
     }
     return out;

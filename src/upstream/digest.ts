@@ -180,11 +180,7 @@ export function buildAuthorization(
     ? h(alg, `${ha1}:${challenge.nonce}:${ncHex}:${cnonce}:${challenge.qop}:${ha2}`)
     : h(alg, `${ha1}:${challenge.nonce}:${ha2}`);
   const username = challenge.userhash ? h(alg, `${creds.username}:${challenge.realm}`) : creds.username;
-  const parts = [
-    `username=${quote(username)}`,
-    `realm=${quote(challenge.realm)}`,
-    `uri=${quote(uri)}`,
-  ];
+  const parts = [`username=${quote(username)}`, `realm=${quote(challenge.realm)}`, `uri=${quote(uri)}`];
   if (challenge.algorithm !== undefined) parts.push(`algorithm=${challenge.algorithm}`);
   parts.push(`nonce=${quote(challenge.nonce)}`);
   if (challenge.qop) parts.push(`nc=${ncHex}`, `cnonce=${quote(cnonce)}`, `qop=${challenge.qop}`);
@@ -242,9 +238,12 @@ export class DigestSession {
   /** A 401's WWW-Authenticate: adopt its nonce (stale or not) and restart counting. */
   onChallenge(header: string | string[] | undefined): DigestChallenge {
     const challenge = parseDigestChallenge(header);
+    const previous = this.challenge;
     this.challenge = challenge;
-    this.nc = 0;
     this.gen += 1;
+    // Some servers hand out the same nonce again (time-based nonces); restarting nc then would
+    // repeat counts already used and look like a replay.
+    if (!previous || previous.nonce !== challenge.nonce || previous.realm !== challenge.realm) this.nc = 0;
     return challenge;
   }
 

@@ -48,12 +48,16 @@ export function decodeXml(body: string, linkRel: LinkRelMapper = identity): Reso
   const valid = XMLValidator.validate(body);
   if (valid !== true) {
     const { msg, line, col } = valid.err;
-    throw new XmlShapeError(`malformed XML: ${msg}${line ? ` (line ${line}${col ? `, column ${col}` : ''})` : ''}`);
+    throw new XmlShapeError(
+      `malformed XML: ${msg}${line ? ` (line ${line}${col ? `, column ${col}` : ''})` : ''}`,
+    );
   }
   const nodes = parser.parse(body) as XNode[];
   const roots = nodes.map(asElement).filter((e): e is Element => e !== undefined);
   if (roots.length !== 1) {
-    throw new XmlShapeError(roots.length === 0 ? 'the XML root is not an element' : 'several XML root elements');
+    throw new XmlShapeError(
+      roots.length === 0 ? 'the XML root is not an element' : 'several XML root elements',
+    );
   }
   const root = roots[0]!;
   const strayText = nodes.some((n) => typeof n[TEXT] === 'string' && (n[TEXT] as string).trim() !== '');
@@ -94,7 +98,8 @@ function textOf(el: Element): string {
   let s = '';
   for (const node of el.children) {
     if (typeof node[TEXT] === 'string') s += node[TEXT] as string;
-    else if (asElement(node)) throw new XmlShapeError(`<${el.tag}> has child elements where text was expected`);
+    else if (asElement(node))
+      throw new XmlShapeError(`<${el.tag}> has child elements where text was expected`);
   }
   return s;
 }
@@ -131,16 +136,17 @@ function addLink(out: Resource, link: Element, ownerType: string, ctx: Ctx): voi
   out[`${name}_link`] = href;
   const embedded = childElements(link);
   if (embedded.length > 1) throw new XmlShapeError(`<link rel="${rel}"> embeds several elements`);
-  if (embedded.length === 1) out[name] = decodeResource(embedded[0]!, ctx) as { [key: string]: Json };
+  if (embedded.length === 1) out[name] = decodeResource(embedded[0]!, ctx);
 }
 
 function decodeCollection(el: Element, ctx: Ctx): Resource {
   const entries: Resource[] = [];
-  const out: Resource = { resource_type: fieldName(el.tag), entries: entries as unknown as Json };
+  const out: Resource = { resource_type: fieldName(el.tag), entries };
   for (const child of childElements(el)) {
     if (child.tag === 'total-entries') {
       const total = decodeValue(child, ctx);
-      if (typeof total !== 'number') throw new XmlShapeError(`<total-entries> of <${el.tag}> is not an integer`);
+      if (typeof total !== 'number')
+        throw new XmlShapeError(`<total-entries> of <${el.tag}> is not an integer`);
       out.total_entries = total;
     } else if (child.tag === 'link') {
       addLink(out, child, fieldName(el.tag), ctx);
@@ -182,13 +188,13 @@ function decodeValue(el: Element, ctx: Ctx): Json {
     }
     default:
       // Untyped (or a type we do not interpret): structure becomes an object, text stays a string.
-      if (hasChildElements(el)) return decodeObject(el, ctx) as { [key: string]: Json };
+      if (hasChildElements(el)) return decodeObject(el, ctx);
       return textOf(el);
   }
 }
 
 function decodeArrayItem(item: Element, ctx: Ctx): Json {
-  if (item.attrs.type === 'array') return decodeCollection(item, ctx) as { [key: string]: Json };
+  if (item.attrs.type === 'array') return decodeCollection(item, ctx);
   return decodeValue(item, ctx);
 }
 

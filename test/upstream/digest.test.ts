@@ -1,0 +1,162 @@
+import { describe, expect, it } from 'vitest';
+import {
+  DigestChallengeError,
+  DigestSession,
+  buildAuthorization,
+  parseAuthenticateHeader,
+  parseDigestChallenge,
+} from '../../src/upstream/digest.js';
+
+// RFC 7616 §3.9.1: GET /dir/index.html, user Mufasa, password "Circle of Life".
+const RFC_PARAMS =
+  'realm="http-auth@example.org", qop="auth, auth-int", nonce="7ypf/xlj9XXwfDPEoM4URrv/xwf94BcCAzFZH4GiTo0v", ' +
+  'opaque="FQhe/qaU925kfnzjCev0ciny7QMkPqMAFRtzCUYo5tdS"';
+const RFC_CNONCE = 'f2/wE4q74E6zIJEtWaHKaf5wv/H5QzzpXusqGemxURZJ';
+const MUFASA = { username: 'Mufasa', password: 'Circle of Life' };
+
+function params(header: string): Record<string, string> {
+  const [c] = parseAuthenticateHeader(header);
+  return c!.params;
+}
+
+describe('RFC 7616 §3.9.1 example', () => {
+  it('SHA-256 gives the published response', () => {
+    const session = new DigestSession(MUFASA, () => RFC_CNONCE);
+    session.onChallenge(`Digest ${RFC_PARAMS}, algorithm=SHA-256`);
+    const auth = session.authorize('GET', '/dir/index.html')!;
+    const p = params(auth.header);
+    expect(p.response).toBe('753927fa0e85d155564e2e272a28d1802ca10daf4496794697cf8db5856cb6c1');
+    expect(p).toMatchObject({
+      username: 'Mufasa',
+      realm: 'http-auth@example.org',
+      uri: '/dir/index.html',
+      algorithm: 'SHA-256',
+      nc: '00000001',
+      cnonce: RFC_CNONCE,
+      qop: 'auth',
+      opaque: 'FQhe/qaU925kfnzjCev0ciny7QMkPqMAFRtzCUYo5tdS',
+    });
+  });
+
+  it('MD5 gives the published response', () => {
+    const session = new DigestSession(MUFASA, () => RFC_CNONCE);
+    session.onChallenge(`Digest ${RFC_PARAMS}, algorithm=MD5`);
+    const p = params(session.authorize('GET', '/dir/index.html')!.header);
+    expect(p.response).toBe('8ca523f5e9506fed4657c9700eebdbec');
+    expect(p.algorithm).toBe('MD5');
+  });
+
+  it('prefers SHA-256 when the server offers both challenges (RFC 7616 §3.9.1 sends two)', () => {
+    const c = parseDigestChallenge([
+      `Digest ${RFC_PARAMS}, algorithm=MD5`,
+      `Digest ${RFC_PARAMS}, algorithm=SHA-256`,
+    ]);
+    expect(c.hash).toBe('SHA-256');
+  });
+});
+
+describe('parseDigestChallenge', () => {
+  it('picks Digest among several schemes in one header, with commas inside quoted values', () => {
+    const c = parseDigestChallenge(
+      'Basic realm="a, b", Negotiate abc==, Digest realm="r, \\"q\\"", nonce=abc123, qop="auth-int, auth", stale=TRUE',
+    );
+    expect(c).toMatchObject({ realm: 'r, "q"', nonce: 'abc123', qop: 'auth', stale: true, hash: 'MD5' });
+    expect(c.algorithm).toBeUndefined();
+  });
+
+  it('accepts lowercase scheme and algorithm names and MD5-sess / SHA-256-sess', () => {
+    expect(parseDigestChallenge('digest realm="x", nonce="n", algorithm=md5-sess').hash).toBe('MD5-sess');
+    expect(parseDigestChallenge('Digest realm="x", nonce="n", algorithm=SHA-256-sess').hash).toBe(
+      'SHA-256-sess',
+    );
+  });
+
+  it('without qop uses RFC 2069 mode (no nc/cnonce in the answer)', () => {
+    const c = parseDigestChallenge('Digest realm="x", nonce="n"');
+    expect(c.qop).toBeUndefined();
+    const p = params(buildAuthorization(c, MUFASA, 'GET', '/a?b=1', 1, 'cn'));
+    expect(p.nc).toBeUndefined();
+    expect(p.cnonce).toBeUndefined();
+    expect(p.uri).toBe('/a?b=1');
+    expect(p.response).toMatch(/^[0-9a-f]{32}$/);
+  });
+
+  it.each([
+    [undefined, /without a WWW-Authenticate/],
+    ['Basic realm="x"', /no Digest challenge/],
+    ['Digest realm="x", nonce="n", algorithm=SHA-512-256', /unsupported digest algorithm/],
+    ['Digest realm="x", nonce="n", qop="auth-int"', /unsupported qop/],
+    ['Digest nonce="n"', /without realm/],
+    ['Digest realm="x"', /without nonce/],
+  ])('rejects %s', (header, message) => {
+    expect(() => parseDigestChallenge(header)).toThrow(DigestChallengeError);
+    expect(() => parseDigestChallenge(header)).toThrow(message);
+  });
+});
+
+describe('DigestSession', () => {
+  it('is not ready (no pre-emptive header) before the first challenge', () => {
+    const session = new DigestSession(MUFASA);
+    expect(session.ready).toBe(false);
+    expect(session.authorize('GET', '/')).toBeUndefined();
+  });
+
+  it('gives 100 concurrent requests 100 distinct nonce counts and fresh cnonces', async () => {
+    const session = new DigestSession(MUFASA);
+    session.onChallenge(`Digest ${RFC_PARAMS}, algorithm=SHA-256`);
+    const headers = await Promise.all(
+      Array.from({ length: 100 }, async () => {
+        await new Promise((r) => setImmediate(r));
+        return session.authorize('GET', '/x')!.header;
+      }),
+    );
+    const ncs = headers.map((h) => params(h).nc);
+    const cnonces = headers.map((h) => params(h).cnonce);
+    expect(new Set(ncs).size).toBe(100);
+    expect(new Set(cnonces).size).toBe(100);
+    expect([...ncs].sort()).toContain('00000064');
+    expect(ncs.every((nc) => /^[0-9a-f]{8}$/.test(nc!))).toBe(true);
+  });
+
+  it('resets nc on a new challenge and on nextnonce, and bumps the generation', () => {
+    const session = new DigestSession(MUFASA, () => 'c');
+    session.onChallenge('Digest realm="x", nonce="n1", qop="auth"');
+    const g1 = session.generation;
+    session.authorize('GET', '/');
+    expect(params(session.authorize('GET', '/')!.header).nc).toBe('00000002');
+
+    session.onChallenge('Digest realm="x", nonce="n2", qop="auth", stale=true');
+    const a = session.authorize('GET', '/')!;
+    expect(params(a.header)).toMatchObject({ nonce: 'n2', nc: '00000001' });
+    expect(a.fresh).toBe(true);
+    expect(session.generation).toBe(g1 + 1);
+
+    session.onAuthenticationInfo('qop=auth, rspauth="abc", cnonce="c", nc=00000001, nextnonce="n3"');
+    expect(params(session.authorize('GET', '/')!.header)).toMatchObject({ nonce: 'n3', nc: '00000001' });
+    expect(session.generation).toBe(g1 + 2);
+
+    // Authentication-Info without nextnonce changes nothing.
+    session.onAuthenticationInfo('rspauth="abc"');
+    expect(params(session.authorize('GET', '/')!.header)).toMatchObject({ nonce: 'n3', nc: '00000002' });
+  });
+
+  it('keeps counting when a challenge repeats the current nonce (no nc reuse)', () => {
+    const session = new DigestSession(MUFASA);
+    session.onChallenge('Digest realm="x", nonce="n1", qop="auth"');
+    session.authorize('GET', '/');
+    session.onChallenge('Digest realm="x", nonce="n1", qop="auth"');
+    expect(params(session.authorize('GET', '/')!.header).nc).toBe('00000002');
+  });
+
+  it('echoes opaque and the algorithm as the server spelled it, and hashes the username when asked', () => {
+    const session = new DigestSession(MUFASA, () => RFC_CNONCE);
+    session.onChallenge(`Digest ${RFC_PARAMS}, algorithm=sha-256, userhash=true`);
+    const header = session.authorize('GET', '/dir/index.html')!.header;
+    const p = params(header);
+    expect(p.algorithm).toBe('sha-256');
+    expect(p.userhash).toBe('true');
+    // RFC 7616 §3.4.4: username = H(username ":" realm).
+    expect(p.username).toBe('a947aad205e80e429958a387394944c6b496301e79f89d35a4cc23b6ee12b5b6');
+    expect(header).not.toContain('Circle of Life');
+  });
+});
