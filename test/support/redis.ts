@@ -29,7 +29,8 @@ const STOP_TIMEOUT_MS = 5_000;
 export async function startRedis(opts: StartRedisOptions = {}): Promise<RedisServer> {
   const bin = findRedisBinary();
   if (bin) return startLocal(bin, opts.appendonly ?? false);
-  if (process.env.DOCKER_HOST || existsSync('/var/run/docker.sock')) return startContainer(opts.appendonly ?? false);
+  if (process.env.DOCKER_HOST || existsSync('/var/run/docker.sock'))
+    return startContainer(opts.appendonly ?? false);
   throw new Error(
     'no Redis available for tests: install redis-server (apt-get install -y redis-server) or make Docker reachable',
   );
@@ -125,7 +126,11 @@ function spawnRedis(bin: string, port: number, dir: string, appendonly: boolean)
     };
     child.once('error', (err) => fail(new Error(`cannot start ${bin}: ${err.message}`)));
     child.once('exit', (code) =>
-      fail(new Error(`redis-server on port ${port} exited with code ${code} before it was ready: ${output.trim()}`)),
+      fail(
+        new Error(
+          `redis-server on port ${port} exited with code ${code} before it was ready: ${output.trim()}`,
+        ),
+      ),
     );
     const deadline = Date.now() + READY_TIMEOUT_MS;
     const poll = async (): Promise<void> => {

@@ -4,12 +4,12 @@ import { Queue, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { pino, type Logger } from 'pino';
 import type { QueueConfig } from '../../config/types.js';
-import { FeedsyncError } from '../../errors.js';
+import { FeedsyncError, errorMessage } from '../../errors.js';
 import type { Change } from '../../pipeline/change.types.js';
 import type { DeadLetter, DeadLetterFilter, QueueAdmin, SinkJobCounts } from '../queue.js';
 import { attemptsOf } from './attempts.js';
 import { assertSinkName, bullPrefix, jobIdForKey, shardIndexes, shardQueueName } from './names.js';
-import { closeRedis, createRedisConnection, requireRedisUrl } from './redis.js';
+import { closeRedis, createRedisConnection, redactRedisUrl, requireRedisUrl } from './redis.js';
 
 export interface BullmqAdminOptions {
   queue: QueueConfig;
@@ -17,23 +17,31 @@ export interface BullmqAdminOptions {
   logger?: Logger;
   /** A connection to use instead of one made from `queue.redis_url`; the caller keeps ownership. */
   connection?: Redis;
+  /** Fail an operation that gets no answer from Redis within this long (default 10 s). */
+  timeoutMs?: number;
 }
 
 export type BullmqAdmin = QueueAdmin & { close(): Promise<void> };
 
 const DEFAULT_LIST_LIMIT = 100;
+const DEFAULT_TIMEOUT_MS = 10_000;
 
 export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
+  for (const sink of opts.sinkNames) assertSinkName(sink);
   const logger = opts.logger ?? pino({ level: 'silent' });
   const ownConnection = !opts.connection;
   const connection = opts.connection ?? createRedisConnection(requireRedisUrl(opts.queue), 'admin', logger);
   const prefix = bullPrefix(opts.queue.prefix);
   const queuesBySink = new Map<string, Queue<Change>[]>();
   for (const sink of opts.sinkNames) {
-    assertSinkName(sink);
     queuesBySink.set(
       sink,
-      shardIndexes(opts.queue.shards).map((shard) => new Queue<Change>(shardQueueName(sink, shard), { connection, prefix })),
+      shardIndexes(opts.queue.shards).map((shard) => {
+        const queue = new Queue<Change>(shardQueueName(sink, shard), { connection, prefix });
+        // Failures reach callers as rejections; this only keeps BullMQ from printing each one.
+        queue.on('error', (err: Error) => logger.debug({ sink, err: errorMessage(err) }, 'queue error'));
+        return queue;
+      }),
     );
   }
   let closed: Promise<void> | undefined;
@@ -51,7 +59,11 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
   }
 
   /** Dead jobs of one shard queue matching the filter; `limit` undefined = all. */
-  async function deadJobs(queue: Queue<Change>, filter: DeadLetterFilter, limit?: number): Promise<Job<Change>[]> {
+  async function deadJobs(
+    queue: Queue<Change>,
+    filter: DeadLetterFilter,
+    limit?: number,
+  ): Promise<Job<Change>[]> {
     if (filter.key !== undefined) {
       // A key lives in exactly one shard, but which one depends on its subject: look in each.
       const job = await queue.getJob(jobIdForKey(filter.key));
@@ -62,7 +74,10 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
     return jobs.filter((job): job is Job<Change> => Boolean(job));
   }
 
-  async function matching(filter: DeadLetterFilter, limit?: number): Promise<{ sink: string; job: Job<Change> }[]> {
+  async function matching(
+    filter: DeadLetterFilter,
+    limit?: number,
+  ): Promise<{ sink: string; job: Job<Change> }[]> {
     const found: { sink: string; job: Job<Change> }[] = [];
     for (const [sink, queues] of selectSinks(filter)) {
       for (const queue of queues) {
@@ -133,5 +148,34 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
     return closed;
   }
 
-  return { counts, listDead, retryDead, dropDead, close };
+  // BullMQ waits without limit for a first connection; `status` and `dlq` must fail instead of hang.
+  const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  const where = opts.queue.redis_url ? redactRedisUrl(opts.queue.redis_url) : 'redis';
+  function bounded<A extends unknown[], R>(
+    name: string,
+    op: (...args: A) => Promise<R>,
+  ): (...args: A) => Promise<R> {
+    return async (...args: A) => {
+      let timer: NodeJS.Timeout | undefined;
+      const timeout = new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () => reject(new FeedsyncError(`${name}: no answer from ${where} within ${timeoutMs} ms`, true)),
+          timeoutMs,
+        );
+      });
+      try {
+        return await Promise.race([op(...args), timeout]);
+      } finally {
+        clearTimeout(timer);
+      }
+    };
+  }
+
+  return {
+    counts: bounded('queue counts', counts),
+    listDead: bounded('dlq list', listDead),
+    retryDead: bounded('dlq retry', retryDead),
+    dropDead: bounded('dlq drop', dropDead),
+    close,
+  };
 }

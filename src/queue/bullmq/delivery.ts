@@ -45,9 +45,8 @@ export interface BullmqDeliveryOptions {
 const UNLIMITED = { max: 1_000_000_000, duration: 1_000 };
 
 interface ShardWorker {
-  sink: string;
-  queue: Queue<Change>;
   worker: Worker<Change>;
+  /** worker.run(): settles when the worker has closed. */
   running: Promise<void>;
 }
 
@@ -57,8 +56,10 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
   const prefix = bullPrefix(config.prefix);
   // Aborted shortly before the stop deadline: deliveries still running are handed back to the queue.
   const handBack = new AbortController();
+  const stopRequested = new AbortController();
   const semaphores = new Map<string, Semaphore>();
   const shardWorkers: ShardWorker[] = [];
+  const queues: Queue<Change>[] = [];
   let connection: Redis | undefined;
   let started: Promise<void> | undefined;
   let stopping: Promise<void> | undefined;
@@ -107,7 +108,8 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
           key,
           error: err,
         });
-        const why = failure.kind === 'never' ? 'sink refused the change' : `gave up after ${attempts} attempts`;
+        const why =
+          failure.kind === 'never' ? 'sink refused the change' : `gave up after ${attempts} attempts`;
         logger.warn({ key, attempts, err: errorMessage(err) }, `delivery dead-lettered: ${why}`);
         throw new UnrecoverableError(`sink ${runtime.name}: ${why}: ${errorMessage(err)}`);
       }
@@ -126,76 +128,104 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
       } catch (bookkeeping) {
         // Without the limiter key the shard would retry at once; wait here instead (the worker keeps
         // renewing the job lock meanwhile). The attempt may go uncounted: Redis is failing anyway.
-        logger.warn({ key, err: errorMessage(bookkeeping) }, 'cannot record retry in redis; waiting in-process');
+        logger.warn(
+          { key, err: errorMessage(bookkeeping) },
+          'cannot record retry in redis; waiting in-process',
+        );
         await sleep(delay, handBack.signal);
       }
       throw new RateLimitError();
     }
+    const occurredAt = Date.parse(change.occurred_at);
     opts.events.emit('delivery:finished', {
       sink: runtime.name,
       outcome: 'ok',
       durationSeconds: seconds(),
-      endToEndSeconds: Math.max(0, (Date.now() - Date.parse(change.occurred_at)) / 1000),
+      endToEndSeconds: Number.isFinite(occurredAt)
+        ? Math.max(0, (Date.now() - occurredAt) / 1000)
+        : undefined,
       key,
     });
   }
 
+  /**
+   * Resolves once every worker runs. While Redis is unreachable that waits (BullMQ connects when it
+   * can); a stop() meanwhile makes it resolve at once, with nothing left to start.
+   */
   async function start(): Promise<void> {
     if (stopping) return;
-    started ??= (async () => {
-      connection = createRedisConnection(requireRedisUrl(config), 'worker', opts.logger);
-      for (const runtime of opts.sinks) {
-        const semaphore = new Semaphore(config.concurrency);
-        semaphores.set(runtime.name, semaphore);
-        const logger = opts.logger.child({ sink: runtime.name });
-        for (const shard of shardIndexes(config.shards)) {
-          const name = shardQueueName(runtime.name, shard);
-          const queue = new Queue<Change>(name, { connection, prefix });
-          queue.on('error', (err: Error) => logger.debug({ queue: name, err: errorMessage(err) }, 'queue error'));
-          await queue.setGlobalConcurrency(1);
-          const worker = new Worker<Change>(name, processorFor(runtime, queue, semaphore, logger), {
-            connection,
-            prefix,
-            concurrency: 1,
-            autorun: false,
-            limiter: UNLIMITED,
-            // A stall (process killed mid-delivery) counts like a failed attempt.
-            maxStalledCount: config.attempts,
-          });
-          worker.on('error', (err: Error) => logger.warn({ queue: name, err: errorMessage(err) }, 'worker error'));
-          const running = worker.run().catch((err: unknown) => {
-            logger.error({ queue: name, err: errorMessage(err) }, 'worker stopped with an error');
-          });
-          shardWorkers.push({ sink: runtime.name, queue, worker, running });
-        }
+    started ??= startWorkers();
+    const stopped = new Promise<void>((resolve) => {
+      if (stopRequested.signal.aborted) resolve();
+      stopRequested.signal.addEventListener('abort', () => resolve(), { once: true });
+    });
+    await Promise.race([started, stopped]);
+  }
+
+  async function startWorkers(): Promise<void> {
+    connection = createRedisConnection(requireRedisUrl(config), 'worker', opts.logger);
+    for (const runtime of opts.sinks) {
+      const semaphore = new Semaphore(config.concurrency);
+      semaphores.set(runtime.name, semaphore);
+      const logger = opts.logger.child({ sink: runtime.name });
+      for (const shard of shardIndexes(config.shards)) {
+        // stop() may come while we wait for Redis here: start no more workers then.
+        if (stopRequested.signal.aborted) return;
+        const name = shardQueueName(runtime.name, shard);
+        const queue = new Queue<Change>(name, { connection, prefix });
+        queue.on('error', (err: Error) =>
+          logger.debug({ queue: name, err: errorMessage(err) }, 'queue error'),
+        );
+        queues.push(queue);
+        await queue.setGlobalConcurrency(1);
+        if (stopRequested.signal.aborted) return;
+        const worker = new Worker<Change>(name, processorFor(runtime, queue, semaphore, logger), {
+          connection,
+          prefix,
+          concurrency: 1,
+          autorun: false,
+          limiter: UNLIMITED,
+          // A stall (process killed mid-delivery) counts like a failed attempt.
+          maxStalledCount: config.attempts,
+        });
+        worker.on('error', (err: Error) =>
+          logger.warn({ queue: name, err: errorMessage(err) }, 'worker error'),
+        );
+        const running = worker.run().catch((err: unknown) => {
+          logger.error({ queue: name, err: errorMessage(err) }, 'worker stopped with an error');
+        });
+        shardWorkers.push({ worker, running });
       }
-      opts.logger.info(
-        { sinks: opts.sinks.map((s) => s.name), shards: config.shards, concurrency: config.concurrency },
-        'bullmq delivery started',
-      );
-    })();
-    return started;
+    }
+    opts.logger.info(
+      { sinks: opts.sinks.map((s) => s.name), shards: config.shards, concurrency: config.concurrency },
+      'bullmq delivery started',
+    );
   }
 
   function stop(timeoutMs: number): Promise<void> {
     stopping ??= (async () => {
-      await started?.catch(() => undefined);
+      const deadline = Date.now() + Math.max(0, timeoutMs);
+      const left = (): number => Math.max(0, deadline - Date.now());
+      stopRequested.abort();
       for (const semaphore of semaphores.values()) semaphore.close();
-      const budget = Math.max(0, timeoutMs);
-      // Leave a little of the budget for handing back and closing connections.
-      const handBackTimer = setTimeout(() => handBack.abort(), Math.max(0, budget - Math.min(1_000, budget / 4)));
-      const graceful = Promise.allSettled(shardWorkers.map((s) => s.worker.close()));
-      const finished = await withDeadline(graceful, budget);
+      // Leave a little of the budget for handing back in-flight deliveries and closing connections.
+      const handBackTimer = setTimeout(
+        () => handBack.abort(),
+        Math.max(0, left() - Math.min(1_000, left() / 4)),
+      );
+      // start() may still be waiting for an unreachable Redis; it checks `stopRequested` between steps.
+      const startSettled = await withDeadline(started?.catch(() => undefined) ?? Promise.resolve(), left());
+      const graceful =
+        startSettled &&
+        (await withDeadline(Promise.allSettled(shardWorkers.map((s) => s.worker.close())), left()));
       clearTimeout(handBackTimer);
       handBack.abort();
-      if (!finished) {
-        opts.logger.warn({ timeoutMs }, 'bullmq workers did not close in time; disconnecting');
+      if (!graceful) {
+        opts.logger.warn({ timeoutMs }, 'bullmq delivery did not stop in time; disconnecting');
         await Promise.allSettled(shardWorkers.map((s) => s.worker.disconnect()));
       }
-      await withDeadline(
-        Promise.allSettled(shardWorkers.map((s) => s.queue.close())),
-        1_000,
-      );
+      await withDeadline(Promise.allSettled(queues.map((q) => q.close())), 1_000);
       if (connection) await closeRedis(connection);
       await withDeadline(Promise.allSettled(shardWorkers.map((s) => s.running)), 1_000);
     })();

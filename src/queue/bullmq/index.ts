@@ -2,7 +2,12 @@
 export { createBullmqProducer, type BullmqProducer, type BullmqProducerOptions } from './producer.js';
 export { createBullmqDelivery, type BullmqDeliveryOptions } from './delivery.js';
 export { createBullmqAdmin, type BullmqAdmin, type BullmqAdminOptions } from './admin.js';
-export { acquireSourceLock, readSourceLockOwner, type SourceLock, type SourceLockOptions } from './source-lock.js';
+export {
+  acquireSourceLock,
+  readSourceLockOwner,
+  type SourceLock,
+  type SourceLockOptions,
+} from './source-lock.js';
 export {
   checkRedisPolicy,
   closeRedis,

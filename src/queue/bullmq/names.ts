@@ -17,7 +17,10 @@ export function bullPrefix(prefix: string): string {
 /** Sink names become part of queue names; BullMQ rejects `:` there. */
 export function assertSinkName(sink: string): void {
   if (sink === '' || sink.includes(':')) {
-    throw new FeedsyncError(`sink "${sink}": name must be non-empty and must not contain ":" (queue.driver bullmq)`, false);
+    throw new FeedsyncError(
+      `sink "${sink}": name must be non-empty and must not contain ":" (queue.driver bullmq)`,
+      false,
+    );
   }
 }
 

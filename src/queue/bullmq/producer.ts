@@ -18,19 +18,25 @@ export interface BullmqProducerOptions {
   logger: Logger;
   /** A connection to use instead of one made from `queue.redis_url`; the caller keeps ownership. */
   connection?: Redis;
+  /** Give up on a page after this long (default 10 s); see commitPage. */
+  addTimeoutMs?: number;
 }
 
 export type BullmqProducer = ChangeQueue & { close(): Promise<void> };
 
 /** maxBacklog() is asked before every poll; a second-old answer is plenty for back-pressure. */
 const BACKLOG_CACHE_MS = 1_000;
+const DEFAULT_ADD_TIMEOUT_MS = 10_000;
 
 export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProducer {
   const config = opts.queue;
+  for (const sink of opts.sinks) assertSinkName(sink.name);
   const ownConnection = !opts.connection;
-  const connection = opts.connection ?? createRedisConnection(requireRedisUrl(config), 'producer', opts.logger);
+  const connection =
+    opts.connection ?? createRedisConnection(requireRedisUrl(config), 'producer', opts.logger);
   const prefix = bullPrefix(config.prefix);
   const shards = shardIndexes(config.shards);
+  const addTimeoutMs = opts.addTimeoutMs ?? DEFAULT_ADD_TIMEOUT_MS;
   const jobOptions = {
     removeOnComplete: {
       age: Math.max(1, Math.ceil(config.retain_completed_ms / 1000)),
@@ -40,18 +46,19 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     removeOnFail: false,
   };
 
-  const sinks = opts.sinks.map((sink) => {
-    assertSinkName(sink.name);
-    return {
-      name: sink.name,
-      filter: sink.filter,
-      queues: shards.map((shard) => new Queue<Change>(shardQueueName(sink.name, shard), { connection, prefix })),
-    };
-  });
+  const sinks = opts.sinks.map((sink) => ({
+    name: sink.name,
+    filter: sink.filter,
+    queues: shards.map(
+      (shard) => new Queue<Change>(shardQueueName(sink.name, shard), { connection, prefix }),
+    ),
+  }));
   for (const sink of sinks) {
     for (const q of sink.queues) {
       // Errors also surface as commitPage rejections; this only keeps them from being unhandled.
-      q.on('error', (err: Error) => opts.logger.debug({ sink: sink.name, err: errorMessage(err) }, 'queue error'));
+      q.on('error', (err: Error) =>
+        opts.logger.debug({ sink: sink.name, err: errorMessage(err) }, 'queue error'),
+      );
     }
   }
 
@@ -64,7 +71,8 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
    * counts again: BullMQ does not tell an add from a no-op re-add of an existing job id.
    */
   async function commitPage(commit: PageCommit): Promise<Record<string, number>> {
-    if (closed) throw new FeedsyncError(`bullmq producer is closed; cannot queue page of ${commit.source}`, true);
+    if (closed)
+      throw new FeedsyncError(`bullmq producer is closed; cannot queue page of ${commit.source}`, true);
     const adds: Promise<unknown>[] = [];
     const queued: Record<string, number> = {};
     for (const sink of sinks) {
@@ -92,8 +100,12 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
         );
       }
     }
-    const results = await Promise.allSettled(adds);
-    const failure = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    // With the offline queue off, a dropped connection fails at once; but BullMQ waits for the very
+    // first "ready" without limit, so a Redis that was never reachable would hang the poller.
+    const results = await withDeadline(Promise.allSettled(adds), addTimeoutMs);
+    const failure = results
+      ? results.find((r): r is PromiseRejectedResult => r.status === 'rejected')
+      : { status: 'rejected' as const, reason: new Error(`no answer from redis within ${addTimeoutMs} ms`) };
     if (failure) {
       // The cursor stays where it was: the poller re-reads the page and re-adds (a no-op for the
       // jobs that did make it, since their ids already exist).
@@ -111,7 +123,9 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
   async function computeBacklog(): Promise<number> {
     let max = 0;
     for (const sink of sinks) {
-      const counts = await Promise.all(sink.queues.map((q) => q.getJobCounts('waiting', 'active', 'delayed')));
+      const counts = await Promise.all(
+        sink.queues.map((q) => q.getJobCounts('waiting', 'active', 'delayed')),
+      );
       const total = counts.reduce((sum, c) => sum + (c.waiting ?? 0) + (c.active ?? 0) + (c.delayed ?? 0), 0);
       max = Math.max(max, total);
     }
@@ -140,4 +154,18 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
   }
 
   return { commitPage, maxBacklog, close };
+}
+
+/** The settled value, or undefined when `work` took longer than `ms` (it keeps running: a late add
+ * is harmless, the cursor was not saved and a replay re-adds the same job ids as no-ops). */
+async function withDeadline<T>(work: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<undefined>((resolve) => {
+    timer = setTimeout(() => resolve(undefined), ms);
+  });
+  try {
+    return await Promise.race([work, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
 }

@@ -78,18 +78,31 @@ export function createRedisConnection(url: string, role: RedisRole, logger: Logg
 /** Close a connection without waiting on a dead server: QUIT when connected, else disconnect. */
 export async function closeRedis(client: Redis): Promise<void> {
   if (client.status === 'end') return;
+  const ended = new Promise<void>((resolve) => client.once('end', () => resolve()));
   if (client.status === 'ready') {
     try {
-      await Promise.race([client.quit(), new Promise((resolve) => setTimeout(resolve, 1_000).unref())]);
+      await Promise.race([client.quit(), delay(1_000)]);
     } catch {
       // Falls through to disconnect: the goal is only that no socket stays open.
     }
   }
+  // Between reconnect attempts there is no socket: disconnect() only cancels the retry timer and
+  // ioredis never emits 'end', so there is nothing to wait for.
+  const waitForEnd = client.status !== 'reconnecting';
   client.disconnect(false);
+  if (waitForEnd) await Promise.race([ended, delay(1_000)]);
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref());
 }
 
 /** Run `fn` on `target`; a URL gets a temporary admin connection that is closed afterwards. */
-async function withClient<T>(target: string | Redis, logger: Logger, fn: (client: Redis) => Promise<T>): Promise<T> {
+async function withClient<T>(
+  target: string | Redis,
+  logger: Logger,
+  fn: (client: Redis) => Promise<T>,
+): Promise<T> {
   if (typeof target !== 'string') return fn(target);
   const client = createRedisConnection(target, 'admin', logger);
   try {

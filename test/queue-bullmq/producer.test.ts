@@ -1,0 +1,240 @@
+import { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { PipelineEvents } from '../../src/pipeline/events.js';
+import { createBullmqDelivery } from '../../src/queue/bullmq/delivery.js';
+import { createBullmqProducer, type BullmqProducer } from '../../src/queue/bullmq/producer.js';
+import type { DeliveryRunner } from '../../src/queue/queue.js';
+import { startRedis, type RedisServer } from '../support/redis.js';
+import { ANY, RecordingSink, makeChange, queueConfig, range, silentLogger, waitFor } from './support.js';
+
+let redis: RedisServer;
+let inspector: Redis;
+const cleanups: (() => Promise<void>)[] = [];
+
+beforeAll(async () => {
+  redis = await startRedis();
+  inspector = new Redis(redis.url);
+});
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+afterAll(async () => {
+  inspector.disconnect();
+  await redis.stop();
+});
+
+function producerFor(
+  config: ReturnType<typeof queueConfig>,
+  sinks: { name: string; filter?: typeof ANY }[],
+  saved: string[],
+): BullmqProducer {
+  const producer = createBullmqProducer({
+    queue: config,
+    sinks: sinks.map((s) => ({ name: s.name, filter: s.filter ?? ANY })),
+    saveCursor: (source, cursor) => {
+      saved.push(`${source}@${cursor}`);
+    },
+    logger: silentLogger,
+  });
+  cleanups.push(() => producer.close());
+  return producer;
+}
+
+function deliveryFor(
+  config: ReturnType<typeof queueConfig>,
+  sinks: { name: string; sink: RecordingSink }[],
+): DeliveryRunner {
+  const runner = createBullmqDelivery({
+    queue: config,
+    sinks,
+    events: new PipelineEvents(),
+    logger: silentLogger,
+  });
+  cleanups.push(() => runner.stop(5_000));
+  return runner;
+}
+
+describe('bullmq producer', () => {
+  it('queues every change for every sink, then saves the cursor; each reaches its sink once', async () => {
+    const config = queueConfig(redis.url);
+    const saved: string[] = [];
+    const producer = producerFor(config, [{ name: 'file' }, { name: 'hook' }], saved);
+    const changes = range(1, 30).map((id) => makeChange(id));
+
+    const queued = await producer.commitPage({ source: 'scheduling', changes, cursor: 30, seenAbove: [] });
+    expect(queued).toEqual({ file: 30, hook: 30 });
+    expect(saved).toEqual(['scheduling@30']);
+    expect(await producer.maxBacklog()).toBe(30);
+
+    const file = new RecordingSink();
+    const hook = new RecordingSink();
+    await deliveryFor(config, [
+      { name: 'file', sink: file },
+      { name: 'hook', sink: hook },
+    ]).start();
+    await waitFor(
+      'both sinks to receive 30 changes',
+      () => file.delivered.length >= 30 && hook.delivered.length >= 30,
+    );
+    await new Promise((r) => setTimeout(r, 200));
+    expect([...file.keys()].sort()).toEqual(changes.map((c) => c.key).sort());
+    expect([...hook.keys()].sort()).toEqual(changes.map((c) => c.key).sort());
+    expect(file.delivered[0]).toEqual(changes.find((c) => c.key === file.delivered[0]!.key));
+  });
+
+  it('lays keys out under the {prefix} hash tag, one queue per sink and shard, job id = key without ":"', async () => {
+    const config = queueConfig(redis.url, { shards: 2 });
+    const producer = producerFor(config, [{ name: 'hook' }], []);
+    await producer.commitPage({
+      source: 'scheduling',
+      changes: [makeChange(123457)],
+      cursor: 123457,
+      seenAbove: [],
+    });
+    const keys = await inspector.keys(`*${config.prefix}*`);
+    expect(keys.length).toBeGreaterThan(0);
+    for (const key of keys) expect(key.startsWith(`{${config.prefix}}:hook.`)).toBe(true);
+    const jobKeys = keys.filter((k) => k.endsWith(':scheduling~123457'));
+    expect(jobKeys).toHaveLength(1);
+    expect(jobKeys[0]).toMatch(new RegExp(`^\\{${config.prefix}\\}:hook\\.[01]:scheduling~123457$`));
+  });
+
+  it('re-adding the same page (crash replay) creates no duplicate job and no duplicate delivery', async () => {
+    const config = queueConfig(redis.url);
+    const saved: string[] = [];
+    const producer = producerFor(config, [{ name: 'file' }], saved);
+    const changes = range(100, 20).map((id) => makeChange(id));
+    await producer.commitPage({ source: 'scheduling', changes, cursor: 119, seenAbove: [] });
+    await producer.commitPage({ source: 'scheduling', changes, cursor: 119, seenAbove: [] });
+    expect(await producer.maxBacklog()).toBe(20);
+
+    const file = new RecordingSink();
+    await deliveryFor(config, [{ name: 'file', sink: file }]).start();
+    await waitFor('20 deliveries', () => file.delivered.length >= 20);
+    // Replaying after delivery is also a no-op while completed jobs are retained.
+    await producer.commitPage({ source: 'scheduling', changes, cursor: 119, seenAbove: [] });
+    await new Promise((r) => setTimeout(r, 300));
+    expect(file.keys()).toHaveLength(20);
+    expect(new Set(file.keys()).size).toBe(20);
+    expect(saved).toEqual(['scheduling@119', 'scheduling@119', 'scheduling@119']);
+  });
+
+  it('routes only the changes that pass each sink filter', async () => {
+    const config = queueConfig(redis.url);
+    const producer = producerFor(
+      config,
+      [
+        { name: 'titles', filter: { ...ANY, event_types: ['title_updated'] } },
+        { name: 'rules', filter: { ...ANY, resource_types: ['rule'] } },
+        { name: 'other-source', filter: { ...ANY, sources: ['workflow'] } },
+      ],
+      [],
+    );
+    const changes = [
+      makeChange(1),
+      makeChange(2, { eventType: 'rule_created' }),
+      makeChange(3),
+      makeChange(4, { eventType: 'rule_deleted' }),
+    ];
+    const queued = await producer.commitPage({ source: 'scheduling', changes, cursor: 4, seenAbove: [] });
+    expect(queued).toEqual({ titles: 2, rules: 2, 'other-source': 0 });
+
+    const titles = new RecordingSink();
+    const rules = new RecordingSink();
+    const other = new RecordingSink();
+    await deliveryFor(config, [
+      { name: 'titles', sink: titles },
+      { name: 'rules', sink: rules },
+      { name: 'other-source', sink: other },
+    ]).start();
+    await waitFor('routed deliveries', () => titles.delivered.length >= 2 && rules.delivered.length >= 2);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(titles.keys().sort()).toEqual(['scheduling:1', 'scheduling:3']);
+    expect(rules.keys().sort()).toEqual(['scheduling:2', 'scheduling:4']);
+    expect(other.keys()).toEqual([]);
+  });
+
+  it('keeps feed order inside a shard (shards: 1 gives the whole feed order)', async () => {
+    const config = queueConfig(redis.url, { shards: 1, concurrency: 1 });
+    const producer = producerFor(config, [{ name: 'file' }], []);
+    const changes = range(1, 25).map((id) => makeChange(id, { subject: `s${id % 5}` }));
+    await producer.commitPage({
+      source: 'scheduling',
+      changes: changes.slice(0, 10),
+      cursor: 10,
+      seenAbove: [],
+    });
+    await producer.commitPage({
+      source: 'scheduling',
+      changes: changes.slice(10),
+      cursor: 25,
+      seenAbove: [],
+    });
+    const file = new RecordingSink();
+    await deliveryFor(config, [{ name: 'file', sink: file }]).start();
+    await waitFor('25 deliveries', () => file.delivered.length >= 25);
+    expect(file.keys()).toEqual(changes.map((c) => c.key));
+  });
+
+  it('rejects and does not save the cursor while Redis is down', async () => {
+    const own = await startRedis();
+    try {
+      const config = queueConfig(own.url);
+      const saved: string[] = [];
+      const producer = producerFor(config, [{ name: 'file' }], saved);
+      await producer.commitPage({ source: 'scheduling', changes: [makeChange(1)], cursor: 1, seenAbove: [] });
+      expect(saved).toEqual(['scheduling@1']);
+
+      await own.stop();
+      const started = Date.now();
+      await expect(
+        producer.commitPage({
+          source: 'scheduling',
+          changes: [makeChange(2), makeChange(3)],
+          cursor: 3,
+          seenAbove: [],
+        }),
+      ).rejects.toThrow(/cannot queue page of source scheduling/);
+      // Fails fast (no offline buffering), and the cursor did not move.
+      expect(Date.now() - started).toBeLessThan(5_000);
+      expect(saved).toEqual(['scheduling@1']);
+    } finally {
+      await own.stop();
+    }
+  });
+
+  it('rejects promptly when Redis is unreachable from the start', async () => {
+    const down = await startRedis();
+    await down.stop();
+    const saved: string[] = [];
+    const producer = createBullmqProducer({
+      queue: queueConfig(down.url),
+      sinks: [{ name: 'file', filter: ANY }],
+      saveCursor: (source, cursor) => {
+        saved.push(`${source}@${cursor}`);
+      },
+      logger: silentLogger,
+      addTimeoutMs: 1_000,
+    });
+    cleanups.push(() => producer.close());
+    const started = Date.now();
+    await expect(
+      producer.commitPage({ source: 'scheduling', changes: [makeChange(1)], cursor: 1, seenAbove: [] }),
+    ).rejects.toThrow(/cannot queue page of source scheduling.*no answer from redis within 1000 ms/);
+    expect(Date.now() - started).toBeLessThan(3_000);
+    expect(saved).toEqual([]);
+  });
+
+  it('does not save the cursor when saving is attempted after a failed add (error names the source)', async () => {
+    const config = queueConfig(redis.url);
+    const saved: string[] = [];
+    const producer = producerFor(config, [{ name: 'file' }], saved);
+    const bad = makeChange(5);
+    // A key that is a bare integer is rejected by BullMQ as a job id: the add fails, the page fails.
+    bad.key = '12345';
+    await expect(
+      producer.commitPage({ source: 'scheduling', changes: [makeChange(4), bad], cursor: 5, seenAbove: [] }),
+    ).rejects.toThrow(/source scheduling/);
+    expect(saved).toEqual([]);
+  });
+});

@@ -1,0 +1,142 @@
+import { Redis } from 'ioredis';
+import { pino, type Logger } from 'pino';
+import { Writable } from 'node:stream';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  fnv1a,
+  jobIdForKey,
+  keyForJobId,
+  shardOf,
+  shardQueueName,
+  sourceLockKey,
+} from '../../src/queue/bullmq/names.js';
+import { createBullmqProducer } from '../../src/queue/bullmq/producer.js';
+import {
+  checkRedisPolicy,
+  closeRedis,
+  createRedisConnection,
+  pingRedis,
+  redactRedisUrl,
+} from '../../src/queue/bullmq/redis.js';
+import { startRedis, type RedisServer } from '../support/redis.js';
+import { ANY, makeChange, queueConfig, silentLogger } from './support.js';
+
+let redis: RedisServer;
+beforeAll(async () => {
+  redis = await startRedis();
+});
+afterAll(async () => {
+  await redis.stop();
+});
+
+function capture(): { lines: string[]; logger: Logger } {
+  const lines: string[] = [];
+  const logger = pino(
+    { level: 'debug' },
+    new Writable({
+      write(chunk: Buffer, _enc, cb) {
+        lines.push(chunk.toString('utf8'));
+        cb();
+      },
+    }),
+  );
+  return { lines, logger };
+}
+
+describe('redis helpers', () => {
+  it('strips user info from URLs', () => {
+    expect(redactRedisUrl('redis://user:s3cret@10.0.0.1:6380/2')).toBe('redis://10.0.0.1:6380/2');
+    expect(redactRedisUrl('rediss://:s3cret@cache.internal:6379')).toBe('rediss://cache.internal:6379');
+    expect(redactRedisUrl('not a url s3cret')).not.toContain('s3cret');
+  });
+
+  it('rejects a non-redis URL with an error naming the key and never the password', () => {
+    expect(() => createRedisConnection('http://u:s3cret@127.0.0.1:1', 'admin', silentLogger)).toThrow(
+      /queue\.redis_url: expected redis:\/\/ or rediss:\/\//,
+    );
+    try {
+      createRedisConnection('http://u:s3cret@127.0.0.1:1', 'admin', silentLogger);
+    } catch (err) {
+      expect(String(err)).not.toContain('s3cret');
+    }
+  });
+
+  it('requires queue.redis_url for the bullmq producer', () => {
+    const config = { ...queueConfig(redis.url), redis_url: undefined };
+    expect(() =>
+      createBullmqProducer({ queue: config, sinks: [], saveCursor: () => undefined, logger: silentLogger }),
+    ).toThrow(/queue\.redis_url: required/);
+  });
+
+  it('rejects a sink name BullMQ cannot use as a queue name', () => {
+    expect(() =>
+      createBullmqProducer({
+        queue: queueConfig(redis.url),
+        sinks: [{ name: 'bad:name', filter: ANY }],
+        saveCursor: () => undefined,
+        logger: silentLogger,
+      }),
+    ).toThrow(/sink "bad:name"/);
+  });
+
+  it('pings: true when up, false when nothing listens', async () => {
+    expect(await pingRedis(redis.url, silentLogger)).toBe(true);
+    const client = createRedisConnection(redis.url, 'admin', silentLogger);
+    expect(await pingRedis(client, silentLogger)).toBe(true);
+    await closeRedis(client);
+    expect(client.status).toBe('end');
+    const down = await startRedis();
+    await down.stop();
+    expect(await pingRedis(down.url, silentLogger, 500)).toBe(false);
+  });
+
+  it('warns when maxmemory-policy is not noeviction, and not when it is', async () => {
+    const admin = new Redis(redis.url);
+    try {
+      const quiet = capture();
+      expect(await checkRedisPolicy(redis.url, quiet.logger)).toBe('noeviction');
+      expect(quiet.lines.filter((l) => l.includes('"level":40'))).toEqual([]);
+
+      await admin.config('SET', 'maxmemory-policy', 'allkeys-lru');
+      const loud = capture();
+      expect(await checkRedisPolicy(redis.url, loud.logger)).toBe('allkeys-lru');
+      expect(loud.lines.some((l) => l.includes('"level":40') && l.includes('allkeys-lru'))).toBe(true);
+    } finally {
+      await admin.config('SET', 'maxmemory-policy', 'noeviction');
+      admin.disconnect();
+    }
+  });
+
+  it('never logs the password of the redis url on connection errors', async () => {
+    const down = await startRedis();
+    await down.stop();
+    const { lines, logger } = capture();
+    const client = createRedisConnection(`redis://user:s3cret@127.0.0.1:${down.port}`, 'producer', logger);
+    await new Promise((r) => setTimeout(r, 300));
+    await closeRedis(client);
+    expect(lines.some((l) => l.includes('redis connection error'))).toBe(true);
+    expect(lines.join('')).not.toContain('s3cret');
+  });
+});
+
+describe('queue naming', () => {
+  it('hashes with 32-bit FNV-1a (reference vectors) and shards by subject, falling back to key', () => {
+    expect(fnv1a('')).toBe(0x811c9dc5);
+    expect(fnv1a('a')).toBe(0xe40c292c);
+    expect(fnv1a('foobar')).toBe(0xbf9cf968);
+    const a = makeChange(1, { subject: 'http://x/api/titles/42' });
+    const b = makeChange(2, { subject: 'http://x/api/titles/42' });
+    expect(shardOf(a, 16)).toBe(shardOf(b, 16));
+    expect(shardOf(a, 16)).toBe(fnv1a('http://x/api/titles/42') % 16);
+    const noSubject = { ...makeChange(3), subject_url: null };
+    expect(shardOf(noSubject, 16)).toBe(fnv1a('scheduling:3') % 16);
+    expect(shardOf(a, 1)).toBe(0);
+  });
+
+  it('encodes keys as BullMQ job ids and back', () => {
+    expect(jobIdForKey('scheduling:123457')).toBe('scheduling~123457');
+    expect(keyForJobId('scheduling~123457')).toBe('scheduling:123457');
+    expect(shardQueueName('hook', 3)).toBe('hook.3');
+    expect(sourceLockKey('feedsync', 'workflow')).toBe('{feedsync}:source-lock:workflow');
+  });
+});

@@ -1,0 +1,132 @@
+// Helpers for the BullMQ driver tests: changes, recording sinks, a config per test.
+import { randomUUID } from 'node:crypto';
+import { pino, type Logger } from 'pino';
+import type { QueueConfig, SinkFilter } from '../../src/config/types.js';
+import { NeverError, RetryLaterError } from '../../src/errors.js';
+import type { Change } from '../../src/pipeline/change.types.js';
+import type { Sink } from '../../src/sinks/sink.js';
+
+export const silentLogger: Logger = pino({ level: 'silent' });
+
+export const ANY: SinkFilter = { sources: [], services: [], event_types: [], resource_types: [] };
+
+/** A queue config with a fresh prefix, so tests sharing one Redis never see each other's keys. */
+export function queueConfig(redisUrl: string, overrides: Partial<QueueConfig> = {}): QueueConfig {
+  return {
+    driver: 'bullmq',
+    redis_url: redisUrl,
+    prefix: `t-${randomUUID().slice(0, 8)}`,
+    attempts: 5,
+    backoff_ms: 20,
+    max_backoff_ms: 100,
+    concurrency: 4,
+    max_backlog: 10_000,
+    retain_completed_ms: 3_600_000,
+    retain_completed_count: 100_000,
+    shards: 4,
+    ...overrides,
+  };
+}
+
+export function makeChange(
+  eventId: number,
+  opts: { source?: string; subject?: string; eventType?: string } = {},
+): Change {
+  const source = opts.source ?? 'scheduling';
+  const eventType = opts.eventType ?? 'title_updated';
+  const [resourceType, operation] =
+    eventType === 'title_updated' ? ['title', 'updated'] : splitType(eventType);
+  const subject = opts.subject ?? `http://127.0.0.1:1/scheduling/api/titles/${eventId}`;
+  return {
+    schema: 'feedsync.change.v1',
+    key: `${source}:${eventId}`,
+    source,
+    service: 'scheduling',
+    event_id: eventId,
+    event_type: eventType,
+    resource_type: resourceType,
+    operation,
+    occurred_at: new Date(Date.now() - 1_000).toISOString(),
+    changes: ['name'],
+    event_url: `http://127.0.0.1:1/scheduling/api/events/${eventId}`,
+    subject_url: subject,
+    subject_state: 'present',
+    subject: { resource_type: resourceType, id: eventId, name: `Title ${eventId}` },
+    source_rule: null,
+  };
+}
+
+function splitType(eventType: string): [string, string] {
+  const i = eventType.lastIndexOf('_');
+  return [eventType.slice(0, i), eventType.slice(i + 1)];
+}
+
+type FailurePlan = (change: Change, attempt: number) => Error | undefined;
+
+/**
+ * A sink that records every successful delivery in order, counts attempts per key, can be told to
+ * fail (RetryLaterError / NeverError / anything) and to take time, and checks that no two changes
+ * of one subject are ever in flight at once.
+ */
+export class RecordingSink implements Sink {
+  readonly delivered: Change[] = [];
+  readonly attempts = new Map<string, number>();
+  readonly overlaps: string[] = [];
+  private readonly inFlight = new Map<string, number>();
+  closed = false;
+
+  constructor(
+    private readonly plan: { fail?: FailurePlan; latencyMs?: () => number } = {},
+    /** Shared between sinks standing for the same sink in different processes. */
+    private readonly shared?: { inFlight: Map<string, number>; overlaps: string[]; log: Change[] },
+  ) {}
+
+  async deliver(change: Change): Promise<void> {
+    const subject = change.subject_url ?? change.key;
+    const inFlight = this.shared?.inFlight ?? this.inFlight;
+    const overlaps = this.shared?.overlaps ?? this.overlaps;
+    if ((inFlight.get(subject) ?? 0) > 0) overlaps.push(`${subject} (${change.key})`);
+    inFlight.set(subject, (inFlight.get(subject) ?? 0) + 1);
+    try {
+      const attempt = (this.attempts.get(change.key) ?? 0) + 1;
+      this.attempts.set(change.key, attempt);
+      const latency = this.plan.latencyMs?.() ?? 0;
+      if (latency > 0) await new Promise((r) => setTimeout(r, latency));
+      const failure = this.plan.fail?.(change, attempt);
+      if (failure) throw failure;
+      this.delivered.push(change);
+      this.shared?.log.push(change);
+    } finally {
+      inFlight.set(subject, (inFlight.get(subject) ?? 1) - 1);
+    }
+  }
+
+  keys(): string[] {
+    return this.delivered.map((c) => c.key);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+  }
+}
+
+export const retryLater = (message = 'try later'): Error => new RetryLaterError(message);
+export const never = (message = 'bad change'): Error => new NeverError(message);
+
+/** Poll `check` until it returns true; fails with `what` after `timeoutMs`. Bounded by design. */
+export async function waitFor(
+  what: string,
+  check: () => boolean | Promise<boolean>,
+  timeoutMs = 10_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+}
+
+export function range(from: number, count: number): number[] {
+  return Array.from({ length: count }, (_, i) => from + i);
+}
