@@ -90,7 +90,8 @@ export class EventLog {
     if (this.order === 'id') {
       candidates.sort((a, b) => a.ev.id - b.ev.id);
       // Without newer_than the scheduling feed lists the LAST 50 events (spec, Events rule 5).
-      const page = q.newerThan === undefined ? candidates.slice(-FEED_PAGE_SIZE) : candidates.slice(0, FEED_PAGE_SIZE);
+      const page =
+        q.newerThan === undefined ? candidates.slice(-FEED_PAGE_SIZE) : candidates.slice(0, FEED_PAGE_SIZE);
       return page.map((e) => e.ev);
     }
     candidates.sort(byTimestamp);

@@ -63,7 +63,8 @@ export function applyUpdate(kind: KindDef, res: Resource, c: GenCtx): string[] {
     if (name in kind.fields) {
       const gen = kind.fields[name] as FieldGen;
       const before = JSON.stringify(res[name]);
-      for (let attempt = 0; attempt < 5 && JSON.stringify(res[name]) === before; attempt++) res[name] = gen(c);
+      for (let attempt = 0; attempt < 5 && JSON.stringify(res[name]) === before; attempt++)
+        res[name] = gen(c);
       if (JSON.stringify(res[name]) !== before) changed.push(name);
     } else {
       const gen = kind.links[name] as LinkGen;

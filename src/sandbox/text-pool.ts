@@ -41,7 +41,9 @@ export function code(rng: Rng, prefix: string): string {
 
 /** A comma-separated tag list, as brands and jobs carry it. */
 export function tagList(rng: Rng, separator = ','): string {
-  return rng.sample(['drama', 'hd', 'kids', 'featured', 'uhd', 'news', 'sport', 'urgent'], rng.int(1, 3)).join(separator);
+  return rng
+    .sample(['drama', 'hd', 'kids', 'featured', 'uhd', 'news', 'sport', 'urgent'], rng.int(1, 3))
+    .join(separator);
 }
 
 /** An instant on whole seconds within `days` of `fromMs`, normalized (UTC, milliseconds, Z). */

@@ -138,5 +138,10 @@ function elementName(name: string): string {
 }
 
 function isResource(v: unknown): v is Resource {
-  return typeof v === 'object' && v !== null && !Array.isArray(v) && typeof (v as Resource).resource_type === 'string';
+  return (
+    typeof v === 'object' &&
+    v !== null &&
+    !Array.isArray(v) &&
+    typeof (v as Resource).resource_type === 'string'
+  );
 }
