@@ -17,7 +17,8 @@ const print = (s: string) => process.stdout.write(`${s}\n`);
 function int(name: string, min = 0) {
   return (value: string) => {
     const n = Number(value);
-    if (!/^-?\d+$/.test(value) || n < min) throw new InvalidArgumentError(`${name} must be an integer ≥ ${min}`);
+    if (!/^-?\d+$/.test(value) || n < min)
+      throw new InvalidArgumentError(`${name} must be an integer ≥ ${min}`);
     return n;
   };
 }
@@ -42,7 +43,10 @@ for (const [mode, description] of [
   ['poll', 'pollers only, enqueueing into BullMQ (needs queue.driver: bullmq)'],
   ['work', 'sink workers only, consuming BullMQ; stateless, scale horizontally'],
 ] as const) {
-  program.command(mode).description(description).action(() => daemonCommand(mode, globals()));
+  program
+    .command(mode)
+    .description(description)
+    .action(() => daemonCommand(mode, globals()));
 }
 
 program
@@ -62,13 +66,17 @@ program
 
 program
   .command('demo')
-  .description('sandbox + run against it on embedded defaults: no Redis, no credentials; shows changes flowing')
+  .description(
+    'sandbox + run against it on embedded defaults: no Redis, no credentials; shows changes flowing',
+  )
   .option('--backlog <n>', 'events waiting on each service at start', int('--backlog'), 500)
   .option('--rate <events_per_s>', 'live events per second on each service', Number, 5)
   .option('--seed <n>', 'sandbox seed', int('--seed'), 1)
   .option('--duration <s>', 'stop by itself after this many seconds', int('--duration', 1))
   .option('--dir <path>', 'where the store and outputs go (default: a new temp dir)')
-  .action((o: { backlog: number; rate: number; seed: number; duration?: number; dir?: string }) => demoCommand(o, print));
+  .action((o: { backlog: number; rate: number; seed: number; duration?: number; dir?: string }) =>
+    demoCommand(o, print),
+  );
 
 program
   .command('status')
@@ -79,14 +87,22 @@ program
     await statusCommand(loaded.config, o.json === true, print);
   });
 
-const cursor = program.command('cursor').description('inspect or move a cursor (refuses while a poller holds the source)');
-cursor.command('show').action(async () => cursorCommand(loadForCommand(globals()).loaded.config, 'show', {}, print));
+const cursor = program
+  .command('cursor')
+  .description('inspect or move a cursor (refuses while a poller holds the source)');
+cursor
+  .command('show')
+  .action(async () => cursorCommand(loadForCommand(globals()).loaded.config, 'show', {}, print));
 cursor
   .command('set <source> <id>')
-  .action(async (source: string, id: string) => cursorCommand(loadForCommand(globals()).loaded.config, 'set', { source, id }, print));
+  .action(async (source: string, id: string) =>
+    cursorCommand(loadForCommand(globals()).loaded.config, 'set', { source, id }, print),
+  );
 cursor
   .command('reset <source>')
-  .addOption(new Option('--to <where>', 'latest or earliest').choices(['latest', 'earliest']).makeOptionMandatory())
+  .addOption(
+    new Option('--to <where>', 'latest or earliest').choices(['latest', 'earliest']).makeOptionMandatory(),
+  )
   .action(async (source: string, o: { to: string }) =>
     cursorCommand(loadForCommand(globals()).loaded.config, 'reset', { source, to: o.to }, print),
   );
@@ -97,7 +113,13 @@ for (const action of ['list', 'retry', 'drop'] as const) {
     .command(action)
     .option('--sink <name>', 'only this sink')
     .option('--key <key>', 'only this change key');
-  if (action === 'list') c.option('--json', 'machine-readable output').option('--limit <n>', 'at most this many', int('--limit', 1), 100);
+  if (action === 'list')
+    c.option('--json', 'machine-readable output').option(
+      '--limit <n>',
+      'at most this many',
+      int('--limit', 1),
+      100,
+    );
   c.action(async (o: { sink?: string; key?: string; json?: boolean; limit?: number }) =>
     dlqCommand(loadForCommand(globals()).loaded.config, action, o, print),
   );
@@ -107,7 +129,12 @@ program
   .command('check-config')
   .description('validate the config; print the effective config with secrets redacted; exit 0 or 2')
   .action(() => {
-    process.exitCode = checkConfig(globals().config ?? defaultConfigPath(process.env), process.env, print);
+    process.exitCode = checkConfig(
+      globals().config ?? defaultConfigPath(process.env),
+      process.env,
+      print,
+      (s) => process.stderr.write(`${s}\n`),
+    );
   });
 
 try {

@@ -47,7 +47,10 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const { config, logger, mode } = opts;
   const bullmq = config.queue.driver === 'bullmq';
   if (!bullmq && mode !== 'run')
-    throw new ConfigError('queue.driver', `"feedsync ${mode}" needs queue.driver: bullmq (the local queue lives inside one "feedsync run" process)`);
+    throw new ConfigError(
+      'queue.driver',
+      `"feedsync ${mode}" needs queue.driver: bullmq (the local queue lives inside one "feedsync run" process)`,
+    );
   const polls = mode !== 'work';
   const delivers = mode !== 'poll';
   const events = opts.events ?? new PipelineEvents();
@@ -64,7 +67,11 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     const runtimes: SinkRuntime[] = [];
     if (delivers) {
       for (const sinkConfig of config.sinks) {
-        const sink = await openSink(sinkConfig, { name: sinkConfig.name, logger: logger.child({ sink: sinkConfig.name }), configDir: opts.configDir });
+        const sink = await openSink(sinkConfig, {
+          name: sinkConfig.name,
+          logger: logger.child({ sink: sinkConfig.name }),
+          configDir: opts.configDir,
+        });
         runtimes.push({ name: sinkConfig.name, sink });
         release.add(`sink ${sinkConfig.name}`, () => sink.close());
       }
@@ -80,13 +87,26 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       release.add('queue admin', () => bAdmin.close());
       admin = bAdmin;
       if (polls) {
-        const p = createBullmqProducer({ queue: config.queue, sinks: sinkSpecs, saveCursor: (s, c, seen) => cursors!.save(s, c, seen), logger });
+        const p = createBullmqProducer({
+          queue: config.queue,
+          sinks: sinkSpecs,
+          saveCursor: (s, c, seen) => cursors!.save(s, c, seen),
+          logger,
+        });
         release.add('queue producer', () => p.close());
         producer = p;
       }
       if (delivers) delivery = createBullmqDelivery({ queue: config.queue, sinks: runtimes, events, logger });
     } else {
-      const local = createLocalQueue({ db: db!, cursors: cursors!, queue: config.queue, sinks: sinkSpecs, runtimes, events, logger });
+      const local = createLocalQueue({
+        db: db!,
+        cursors: cursors!,
+        queue: config.queue,
+        sinks: sinkSpecs,
+        runtimes,
+        events,
+        logger,
+      });
       release.add('local queue', () => local.close());
       producer = local.producer;
       delivery = local.delivery;
@@ -112,7 +132,14 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     });
     const liveness = createLiveness();
     release.add('liveness', () => liveness.close?.());
-    const server = await startHttpServer({ host: config.http.host, port: config.http.port, registry: metrics.registry, readiness, liveness, logger });
+    const server = await startHttpServer({
+      host: config.http.host,
+      port: config.http.port,
+      registry: metrics.registry,
+      readiness,
+      liveness,
+      logger,
+    });
     release.add('http server', () => server.close());
 
     if (delivery) {
@@ -141,11 +168,30 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
         release.add(`client ${source.name}`, () => client.close());
         const acquire = (signal: AbortSignal): Promise<HeldLock | undefined> =>
           locks
-            ? locks.acquire(source.name, signal, (holder) => log.warn({ holder }, 'source is polled by another process; waiting for its lock'))
-            : acquireSourceLock({ redisUrl: config.queue.redis_url!, prefix: config.queue.prefix, source: source.name, owner: lockOwner(), signal: stopPolling.signal, logger: log });
+            ? locks.acquire(source.name, signal, (holder) =>
+                log.warn({ holder }, 'source is polled by another process; waiting for its lock'),
+              )
+            : acquireSourceLock({
+                redisUrl: config.queue.redis_url!,
+                prefix: config.queue.prefix,
+                source: source.name,
+                owner: lockOwner(),
+                signal: stopPolling.signal,
+                logger: log,
+              });
         pollers.push(
           pollWhileLocked(acquire, stopPolling.signal, log, (signal) =>
-            runPoller({ source, adapter, client, queue: producer!, cursors: cursors!, events, logger: log, maxBacklog: config.queue.max_backlog, signal }),
+            runPoller({
+              source,
+              adapter,
+              client,
+              queue: producer!,
+              cursors: cursors!,
+              events,
+              logger: log,
+              maxBacklog: config.queue.max_backlog,
+              signal,
+            }),
           ),
         );
       }
@@ -156,7 +202,16 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       await Promise.all(pollers);
     });
 
-    logger.info({ mode, driver: config.queue.driver, sources: polls ? config.sources.map((s) => s.name) : [], sinks: sinkSpecs.map((s) => s.name), metrics_port: server.port }, 'feedsync started');
+    logger.info(
+      {
+        mode,
+        driver: config.queue.driver,
+        sources: polls ? config.sources.map((s) => s.name) : [],
+        sinks: sinkSpecs.map((s) => s.name),
+        metrics_port: server.port,
+      },
+      'feedsync started',
+    );
     let stopped: Promise<void> | undefined;
     return {
       events,
@@ -194,7 +249,8 @@ async function pollWhileLocked(
     if (!lock) return;
     try {
       await poll(AbortSignal.any([stop, lock.lost]));
-      if (lock.lost.aborted && !stop.aborted) logger.error('lost the source lock to another process; polling stopped until it is free again');
+      if (lock.lost.aborted && !stop.aborted)
+        logger.error('lost the source lock to another process; polling stopped until it is free again');
     } finally {
       await lock.release().catch(() => undefined);
     }

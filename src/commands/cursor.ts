@@ -22,12 +22,20 @@ export async function cursorCommand(
       return;
     }
     const source = config.sources.find((s) => s.name === args.source);
-    if (!source) throw new ConfigError('', `unknown source "${args.source}" (configured: ${config.sources.map((s) => s.name).join(', ')})`);
+    if (!source)
+      throw new ConfigError(
+        '',
+        `unknown source "${args.source}" (configured: ${config.sources.map((s) => s.name).join(', ')})`,
+      );
     const holder = await ops.lockHolder(source.name);
-    if (holder) throw new CommandError(`refusing to move the cursor of "${source.name}": a poller holds it (${holder}); stop it first`);
+    if (holder)
+      throw new CommandError(
+        `refusing to move the cursor of "${source.name}": a poller holds it (${holder}); stop it first`,
+      );
     let target: number;
     if (action === 'set') {
-      if (!args.id || !/^\d+$/.test(args.id)) throw new ConfigError('', `cursor set needs a non-negative integer event id, got "${args.id}"`);
+      if (!args.id || !/^\d+$/.test(args.id))
+        throw new ConfigError('', `cursor set needs a non-negative integer event id, got "${args.id}"`);
       target = Number(args.id);
     } else if (args.to === 'earliest') target = 0;
     else if (args.to === 'latest') {

@@ -13,6 +13,8 @@ export async function daemonCommand(mode: DaemonMode, opts: GlobalOptions): Prom
 function withDeadline(p: Promise<void>, ms: number): Promise<void> {
   return Promise.race([
     p,
-    new Promise<void>((_, reject) => setTimeout(() => reject(new Error(`shutdown took longer than ${ms} ms`)), ms).unref()),
+    new Promise<void>((_, reject) =>
+      setTimeout(() => reject(new Error(`shutdown took longer than ${ms} ms`)), ms).unref(),
+    ),
   ]);
 }

@@ -25,8 +25,14 @@ export async function demoCommand(opts: DemoOptions, out: (s: string) => void): 
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'feedsync-demo-'));
   const sandbox = await startSandbox({ backlog: opts.backlog, rate: opts.rate, seed: opts.seed });
   const source = (name: string, service: string, base: string, format: string) => ({
-    name, service, base_url: base, username: sandbox.username, password: sandbox.password, format,
-    start_from: 'earliest', poll_interval_ms: 1000,
+    name,
+    service,
+    base_url: base,
+    username: sandbox.username,
+    password: sandbox.password,
+    format,
+    start_from: 'earliest',
+    poll_interval_ms: 1000,
   });
   const config = validateConfig(
     {
@@ -46,7 +52,11 @@ export async function demoCommand(opts: DemoOptions, out: (s: string) => void): 
   );
   const logger = createLogger({ level: 'warn', pretty: process.stderr.isTTY === true, destination: 2 });
   const events = new PipelineEvents();
-  const progress = trackProgress(events, config.sources.map((s) => s.name), config.sinks.map((s) => s.name));
+  const progress = trackProgress(
+    events,
+    config.sources.map((s) => s.name),
+    config.sinks.map((s) => s.name),
+  );
   const daemon = await startDaemon({ config, configDir: dir, mode: 'run', logger, version, events });
 
   out(`feedsync demo: sandbox at ${sandbox.schedulingBaseUrl} and ${sandbox.workflowBaseUrl}`);
@@ -70,7 +80,9 @@ export async function demoCommand(opts: DemoOptions, out: (s: string) => void): 
 }
 
 function trackProgress(events: PipelineEvents, sources: string[], sinks: string[]) {
-  const state = new Map(sources.map((s) => [s, { cursor: 0, events: 0, lastEvents: 0, behind: false, errors: 0 }]));
+  const state = new Map(
+    sources.map((s) => [s, { cursor: 0, events: 0, lastEvents: 0, behind: false, errors: 0 }]),
+  );
   const sinkState = new Map(sinks.map((s) => [s, { ok: 0, failed: 0, dead: 0 }]));
   events.on('page:committed', (e) => {
     const s = state.get(e.source)!;
@@ -95,7 +107,10 @@ function trackProgress(events: PipelineEvents, sources: string[], sinks: string[
         s.lastEvents = s.events;
         return `${name}: cursor ${s.cursor} ${rate} ev/s ${s.behind ? 'behind' : 'caught up'}${s.errors ? ` (${s.errors} poll errors)` : ''}`;
       });
-      const sinkParts = [...sinkState].map(([name, s]) => `${name}: ${s.ok} delivered${s.failed ? `, ${s.failed} retries` : ''}${s.dead ? `, ${s.dead} dead` : ''}`);
+      const sinkParts = [...sinkState].map(
+        ([name, s]) =>
+          `${name}: ${s.ok} delivered${s.failed ? `, ${s.failed} retries` : ''}${s.dead ? `, ${s.dead} dead` : ''}`,
+      );
       return `${new Date().toISOString().slice(11, 19)}  ${parts.join(' | ')}  ||  ${sinkParts.join(' | ')}`;
     },
   };

@@ -16,7 +16,9 @@ export async function dlqCommand(
       if (filter.json) return out(JSON.stringify(dead, null, 2));
       if (!dead.length) return out('no dead letters');
       for (const d of dead)
-        out(`${d.sink}\t${d.key}\t${d.change.event_type}\tattempts=${d.attempts}\t${new Date(d.failedAt).toISOString()}\t${d.error}`);
+        out(
+          `${d.sink}\t${d.key}\t${d.change.event_type}\tattempts=${d.attempts}\t${new Date(d.failedAt).toISOString()}\t${d.error}`,
+        );
       return;
     }
     const n = action === 'retry' ? await ops.admin.retryDead(f) : await ops.admin.dropDead(f);

@@ -4,7 +4,11 @@ import { openOps } from './admin.js';
 const iso = (ms: number | null) => (ms ? new Date(ms).toISOString() : '-');
 
 /** `feedsync status [--json]`: per source and per sink, from the store and the queue. */
-export async function statusCommand(config: FeedsyncConfig, json: boolean, out: (s: string) => void): Promise<void> {
+export async function statusCommand(
+  config: FeedsyncConfig,
+  json: boolean,
+  out: (s: string) => void,
+): Promise<void> {
   const ops = openOps(config);
   try {
     const sources = ops.cursors.status(config.sources.map((s) => s.name));
@@ -19,7 +23,14 @@ export async function statusCommand(config: FeedsyncConfig, json: boolean, out: 
         state: s.lastPollAt === null ? 'never polled' : s.behind ? 'behind' : 'caught up',
         last_error: s.lastError,
       })),
-      sinks: Object.entries(sinks).map(([sink, c]) => ({ sink, queued: c.waiting, in_flight: c.active, delayed: c.delayed, retrying: c.failed, dead: c.dead })),
+      sinks: Object.entries(sinks).map(([sink, c]) => ({
+        sink,
+        queued: c.waiting,
+        in_flight: c.active,
+        delayed: c.delayed,
+        retrying: c.failed,
+        dead: c.dead,
+      })),
     };
     if (json) return out(JSON.stringify(report, null, 2));
     out('SOURCE            CURSOR        STATE         LAST EVENT                 LAST OK POLL');
@@ -31,7 +42,9 @@ export async function statusCommand(config: FeedsyncConfig, json: boolean, out: 
     out('');
     out('SINK              QUEUED   IN FLIGHT  DELAYED  RETRYING  DEAD');
     for (const r of report.sinks)
-      out(`${r.sink.padEnd(17)} ${String(r.queued).padEnd(8)} ${String(r.in_flight).padEnd(10)} ${String(r.delayed).padEnd(8)} ${String(r.retrying).padEnd(9)} ${r.dead}`);
+      out(
+        `${r.sink.padEnd(17)} ${String(r.queued).padEnd(8)} ${String(r.in_flight).padEnd(10)} ${String(r.delayed).padEnd(8)} ${String(r.retrying).padEnd(9)} ${r.dead}`,
+      );
   } finally {
     await ops.close();
   }

@@ -53,7 +53,10 @@ async function fetchSubject(url: string, opts: ExpandOptions): Promise<SubjectOu
       // Wrong credentials are not fixed by hammering: hand it to the poller's slow retry.
       if (err instanceof UpstreamAuthError || opts.signal.aborted) throw err;
       const delay = backoffDelay(attempt, opts.retry.baseMs, opts.retry.maxMs);
-      opts.logger.warn({ url, attempt: attempt + 1, err: errorMessage(err) }, 'subject fetch failed; retrying');
+      opts.logger.warn(
+        { url, attempt: attempt + 1, err: errorMessage(err) },
+        'subject fetch failed; retrying',
+      );
       if (!(await sleep(delay, opts.signal))) throw new ExpansionAborted('shutting down');
     }
   }

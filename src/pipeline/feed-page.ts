@@ -7,7 +7,8 @@ import type { FeedEvent } from './change.js';
  * with an unusable event fails as a whole (and is retried): skipping the event would lose it.
  */
 export function readFeedEvents(page: Resource, url: string): FeedEvent[] {
-  if (!isCollection(page)) throw new DecodeError(url, `expected a collection of events, got "${page.resource_type}"`);
+  if (!isCollection(page))
+    throw new DecodeError(url, `expected a collection of events, got "${page.resource_type}"`);
   return page.entries.map((entry, i) => readEvent(entry, `${url} (entry ${i})`));
 }
 
@@ -15,10 +16,12 @@ function readEvent(e: Resource, where: string): FeedEvent {
   const fail = (what: string): never => {
     throw new DecodeError(where, what);
   };
-  if (typeof e.id !== 'number' || !Number.isSafeInteger(e.id) || e.id < 0) fail(`event id is missing or not an integer (${JSON.stringify(e.id)})`);
+  if (typeof e.id !== 'number' || !Number.isSafeInteger(e.id) || e.id < 0)
+    fail(`event id is missing or not an integer (${JSON.stringify(e.id)})`);
   if (typeof e.event_type !== 'string' || e.event_type.trim() === '') fail(`event ${e.id} has no event_type`);
   const ts = typeof e.timestamp === 'string' ? new Date(e.timestamp) : undefined;
-  if (!ts || Number.isNaN(ts.getTime())) fail(`event ${e.id} has no valid timestamp (${JSON.stringify(e.timestamp)})`);
+  if (!ts || Number.isNaN(ts.getTime()))
+    fail(`event ${e.id} has no valid timestamp (${JSON.stringify(e.timestamp)})`);
   const changes =
     typeof e.changes === 'string'
       ? e.changes

@@ -43,7 +43,10 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
     const started = performance.now();
     try {
       if ((await deps.queue.maxBacklog()) > deps.maxBacklog) {
-        logger.warn({ max_backlog: deps.maxBacklog }, 'a sink backlog is over queue.max_backlog; polling paused');
+        logger.warn(
+          { max_backlog: deps.maxBacklog },
+          'a sink backlog is over queue.max_backlog; polling paused',
+        );
         await sleep(source.poll_interval_ms, signal);
         continue;
       }
@@ -52,28 +55,56 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
       position = result.position;
       failures = 0;
       const durationSeconds = (performance.now() - started) / 1000;
-      deps.events.emit('poll:finished', { source: source.name, ok: true, durationSeconds, pageSize: result.pageSize, behind: result.full });
-      deps.cursors.recordPoll(source.name, { ok: true, behind: result.full, lastEventAt: result.lastEventAt });
+      deps.events.emit('poll:finished', {
+        source: source.name,
+        ok: true,
+        durationSeconds,
+        pageSize: result.pageSize,
+        behind: result.full,
+      });
+      deps.cursors.recordPoll(source.name, {
+        ok: true,
+        behind: result.full,
+        lastEventAt: result.lastEventAt,
+      });
       if (!result.full) await sleep(source.poll_interval_ms, signal);
     } catch (err) {
       if (signal.aborted && (err instanceof ExpansionAborted || isAbort(err))) break;
       failures++;
       const durationSeconds = (performance.now() - started) / 1000;
-      deps.events.emit('poll:finished', { source: source.name, ok: false, durationSeconds, pageSize: 0, behind: false, error: err });
+      deps.events.emit('poll:finished', {
+        source: source.name,
+        ok: false,
+        durationSeconds,
+        pageSize: 0,
+        behind: false,
+        error: err,
+      });
       deps.cursors.recordPoll(source.name, { ok: false, behind: false, error: errorMessage(err) });
       // Wrong credentials: at most once per poll interval, backing off to minutes; never a tight loop.
       const delay =
         err instanceof UpstreamAuthError
-          ? Math.max(source.poll_interval_ms, backoffDelay(failures, source.poll_interval_ms, AUTH_RETRY_MAX_MS))
-          : Math.max(200, backoffDelay(failures, Math.min(1000, source.poll_interval_ms), ERROR_RETRY_MAX_MS));
-      logger.error({ err: errorMessage(err), failures, retry_in_ms: Math.round(delay) }, 'poll failed; cursor not moved');
+          ? Math.max(
+              source.poll_interval_ms,
+              backoffDelay(failures, source.poll_interval_ms, AUTH_RETRY_MAX_MS),
+            )
+          : Math.max(
+              200,
+              backoffDelay(failures, Math.min(1000, source.poll_interval_ms), ERROR_RETRY_MAX_MS),
+            );
+      logger.error(
+        { err: errorMessage(err), failures, retry_in_ms: Math.round(delay) },
+        'poll failed; cursor not moved',
+      );
       await sleep(delay, signal);
     }
   }
 }
 
 function isAbort(err: unknown): boolean {
-  return err instanceof Error && (err.name === 'AbortError' || (err as { code?: string }).code === 'ABORT_ERR');
+  return (
+    err instanceof Error && (err.name === 'AbortError' || (err as { code?: string }).code === 'ABORT_ERR')
+  );
 }
 
 interface PollResult {
@@ -97,7 +128,10 @@ async function pollOnce(
   const full = listed.length >= PAGE_SIZE;
 
   if (adapter.maxDisorder > 0 && full && observedDisorder(ids) > adapter.maxDisorder)
-    logger.warn({ disorder: observedDisorder(ids), bound: adapter.maxDisorder }, 'feed page strays further from id order than the cursor rule assumes');
+    logger.warn(
+      { disorder: observedDisorder(ids), bound: adapter.maxDisorder },
+      'feed page strays further from id order than the cursor rule assumes',
+    );
 
   // Already queued: at or below the cursor (a misbehaving feed) or re-listed above it (overlap).
   const seen = new Set(position.seenAbove);
@@ -105,7 +139,10 @@ async function pollOnce(
   for (const e of listed) {
     if (seen.has(e.id)) continue;
     if (e.id <= position.cursor) {
-      logger.warn({ event_id: e.id, cursor: position.cursor, url }, 'feed listed an event at or below the cursor; ignored (already processed)');
+      logger.warn(
+        { event_id: e.id, cursor: position.cursor, url },
+        'feed listed an event at or below the cursor; ignored (already processed)',
+      );
       continue;
     }
     seen.add(e.id);
@@ -114,7 +151,10 @@ async function pollOnce(
   for (const e of fresh) {
     if (!adapter.knownEventTypes.has(e.event_type) && !unknownTypes.has(e.event_type)) {
       unknownTypes.add(e.event_type);
-      logger.warn({ event_type: e.event_type, event_id: e.id }, 'event type not in the spec; delivering it with a best-effort split');
+      logger.warn(
+        { event_type: e.event_type, event_id: e.id },
+        'event type not in the spec; delivering it with a best-effort split',
+      );
       deps.events.emit('event:unknown-type', { source: source.name, eventType: e.event_type });
     }
   }
@@ -127,10 +167,21 @@ async function pollOnce(
     logger,
     retry: { baseMs: 500, maxMs: 30_000 },
   });
-  const changes = fresh.map((e, i) => buildChange({ source: source.name, service: adapter.kind }, e, outcomes[i]!, adapter.normalizeSubject));
-  const next = nextCursor(position, listed.filter((e) => e.id > position.cursor).map((e) => e.id), adapter.maxDisorder);
+  const changes = fresh.map((e, i) =>
+    buildChange({ source: source.name, service: adapter.kind }, e, outcomes[i]!, adapter.normalizeSubject),
+  );
+  const next = nextCursor(
+    position,
+    listed.filter((e) => e.id > position.cursor).map((e) => e.id),
+    adapter.maxDisorder,
+  );
 
-  const enqueued = await deps.queue.commitPage({ source: source.name, changes, cursor: next.cursor, seenAbove: next.seenAbove });
+  const enqueued = await deps.queue.commitPage({
+    source: source.name,
+    changes,
+    cursor: next.cursor,
+    seenAbove: next.seenAbove,
+  });
 
   const lastEventAt = fresh.length ? Math.max(...fresh.map((e) => Date.parse(e.timestamp))) : undefined;
   deps.events.emit('page:committed', {
@@ -145,7 +196,12 @@ async function pollOnce(
   return { position: next, pageSize: listed.length, full, lastEventAt };
 }
 
-export function feedUrl(source: SourceConfig, adapter: ServiceAdapter, newerThan: number | undefined, types: string[]): string {
+export function feedUrl(
+  source: SourceConfig,
+  adapter: ServiceAdapter,
+  newerThan: number | undefined,
+  types: string[],
+): string {
   const params = new URLSearchParams();
   if (newerThan !== undefined) params.set('newer_than', String(newerThan));
   if (types.length) params.set('event_type', types.join(','));
@@ -176,7 +232,11 @@ async function startPosition(deps: PollerDeps): Promise<{ cursor: number; seenAb
 }
 
 /** The newest event id the feed lists now (0 when empty), paging forward without emitting anything. */
-export async function findLatestEventId(client: UpstreamClient, baseUrl: string, signal?: AbortSignal): Promise<number> {
+export async function findLatestEventId(
+  client: UpstreamClient,
+  baseUrl: string,
+  signal?: AbortSignal,
+): Promise<number> {
   let newest = 0;
   let newerThan: number | undefined;
   for (;;) {

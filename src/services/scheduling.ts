@@ -11,7 +11,10 @@ export const schedulingAdapter: ServiceAdapter = {
       ['asset', 'audio_track', 'brand', 'contributor', 'deal', 'image', 'rendition', 'right', 'scheduling'],
       [...ALL, 'metadata_updated'],
     ],
-    [['subtitle', 'title', 'title_group'], [...ALL, 'metadata_updated']],
+    [
+      ['subtitle', 'title', 'title_group'],
+      [...ALL, 'metadata_updated'],
+    ],
     [['availability_window', 'credit', 'granted_requirement', 'platform', 'specific_platform'], ALL],
     [['external_id', 'external_id_type', 'linear_program', 'linear_program_group', 'target_platform'], ALL],
     [['publication'], ['created']],

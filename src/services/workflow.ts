@@ -10,7 +10,12 @@ export const WORKFLOW_MAX_DISORDER = 5;
 
 export const workflowAdapter: ServiceAdapter = {
   kind: 'workflow',
-  knownEventTypes: eventTypes([[['asset', 'job', 'task'], ['created', 'updated', 'deleted']]]),
+  knownEventTypes: eventTypes([
+    [
+      ['asset', 'job', 'task'],
+      ['created', 'updated', 'deleted'],
+    ],
+  ]),
   // The spec shows no expand on the workflow feed: every subject is fetched by its link.
   feedParams: () => ({}),
   maxDisorder: WORKFLOW_MAX_DISORDER,

@@ -32,8 +32,21 @@ describe('buildChange', () => {
   const origin = { source: 'scheduling', service: 'scheduling' as const };
 
   it('builds the contract example', () => {
-    const subject = { resource_type: 'subject', id: 42, name: 'Pilot', external_id: 'T-42', title_type: 'episode', self_link: `${base}/api/titles/42`, series_link: `${base}/api/title_groups/7` };
-    const change = buildChange(origin, event(), { state: 'present', subject }, schedulingAdapter.normalizeSubject);
+    const subject = {
+      resource_type: 'subject',
+      id: 42,
+      name: 'Pilot',
+      external_id: 'T-42',
+      title_type: 'episode',
+      self_link: `${base}/api/titles/42`,
+      series_link: `${base}/api/title_groups/7`,
+    };
+    const change = buildChange(
+      origin,
+      event(),
+      { state: 'present', subject },
+      schedulingAdapter.normalizeSubject,
+    );
     assertValidChange(change);
     expect(change).toEqual({
       schema: 'feedsync.change.v1',
@@ -56,8 +69,17 @@ describe('buildChange', () => {
 
   it('names the XML asset link of a scheduling as JSON does', () => {
     const subject = { resource_type: 'subject', id: 5, assets_link: `${base}/api/assets/9` };
-    const change = buildChange(origin, event({ event_type: 'scheduling_created' }), { state: 'present', subject }, schedulingAdapter.normalizeSubject);
-    expect(change.subject).toEqual({ resource_type: 'scheduling', id: 5, asset_link: `${base}/api/assets/9` });
+    const change = buildChange(
+      origin,
+      event({ event_type: 'scheduling_created' }),
+      { state: 'present', subject },
+      schedulingAdapter.normalizeSubject,
+    );
+    expect(change.subject).toEqual({
+      resource_type: 'scheduling',
+      id: 5,
+      asset_link: `${base}/api/assets/9`,
+    });
   });
 
   it.each(['gone', 'deleted', 'skipped'] as const)('a %s subject is null and still schema-valid', (state) => {
@@ -67,9 +89,17 @@ describe('buildChange', () => {
   });
 
   it('the schema rejects a present change without subject and a bad timestamp', () => {
-    const change = buildChange(origin, event(), { state: 'present', subject: null }, schedulingAdapter.normalizeSubject);
+    const change = buildChange(
+      origin,
+      event(),
+      { state: 'present', subject: null },
+      schedulingAdapter.normalizeSubject,
+    );
     expect(() => assertValidChange(change)).toThrow();
-    const bad = { ...buildChange(origin, event(), { state: 'gone', subject: null }, schedulingAdapter.normalizeSubject), occurred_at: '2026-11-20' };
+    const bad = {
+      ...buildChange(origin, event(), { state: 'gone', subject: null }, schedulingAdapter.normalizeSubject),
+      occurred_at: '2026-11-20',
+    };
     expect(() => assertValidChange(bad)).toThrow(/occurred_at/);
   });
 });

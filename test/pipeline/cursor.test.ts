@@ -69,14 +69,19 @@ describe('nextCursor', () => {
 
   it('delivers every event exactly once from a feed listed up to D places out of id order', () => {
     fc.assert(
-      fc.property(fc.integer({ min: 0, max: 5 }), fc.integer({ min: 1, max: 600 }), fc.integer(), (d, n, seed) => {
-        let s = seed >>> 0;
-        const rnd = () => ((s = (s * 1664525 + 1013904223) >>> 0) / 2 ** 32);
-        const { ids, pos } = disordered(n, d, rnd);
-        const { delivered } = drain(makeFeed(ids, pos), 5);
-        expect([...delivered].sort((a, b) => a - b)).toEqual(ids);
-        expect(new Set(delivered).size).toBe(delivered.length);
-      }),
+      fc.property(
+        fc.integer({ min: 0, max: 5 }),
+        fc.integer({ min: 1, max: 600 }),
+        fc.integer(),
+        (d, n, seed) => {
+          let s = seed >>> 0;
+          const rnd = () => (s = (s * 1664525 + 1013904223) >>> 0) / 2 ** 32;
+          const { ids, pos } = disordered(n, d, rnd);
+          const { delivered } = drain(makeFeed(ids, pos), 5);
+          expect([...delivered].sort((a, b) => a - b)).toEqual(ids);
+          expect(new Set(delivered).size).toBe(delivered.length);
+        },
+      ),
       { numRuns: 300 },
     );
   });
@@ -92,7 +97,13 @@ describe('nextCursor', () => {
 
   it('costs about one feed request per 45 events on a steady full-page drain', () => {
     const ids = Array.from({ length: 4500 }, (_, i) => i + 1);
-    const { requests } = drain(makeFeed(ids, ids.map((_, i) => i)), 5);
+    const { requests } = drain(
+      makeFeed(
+        ids,
+        ids.map((_, i) => i),
+      ),
+      5,
+    );
     expect(requests).toBeLessThanOrEqual(Math.ceil(4500 / 45) + 2);
   });
 });

@@ -6,6 +6,8 @@ import { join } from 'node:path';
 
 export default function setup(): void {
   if (process.env.FEEDSYNC_SKIP_BUILD === '1') return;
-  const result = spawnSync(process.execPath, [join(import.meta.dirname, '../../scripts/build.mjs')], { stdio: 'inherit' });
+  const result = spawnSync(process.execPath, [join(import.meta.dirname, '../../scripts/build.mjs')], {
+    stdio: 'inherit',
+  });
   if (result.status !== 0) console.error('\n*** build failed: tests that run dist/cli.js will fail ***\n');
 }

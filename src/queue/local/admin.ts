@@ -5,8 +5,14 @@ import type { DeadLetter, DeadLetterFilter, QueueAdmin, SinkJobCounts } from '..
 function where(filter: DeadLetterFilter): { sql: string; args: string[] } {
   const parts: string[] = [];
   const args: string[] = [];
-  if (filter.sink) (parts.push('sink = ?'), args.push(filter.sink));
-  if (filter.key) (parts.push('key = ?'), args.push(filter.key));
+  if (filter.sink) {
+    parts.push('sink = ?');
+    args.push(filter.sink);
+  }
+  if (filter.key) {
+    parts.push('key = ?');
+    args.push(filter.key);
+  }
   return { sql: parts.length ? `WHERE ${parts.join(' AND ')}` : '', args };
 }
 
@@ -27,7 +33,10 @@ export class LocalAdmin implements QueueAdmin {
                 SUM(attempts > 0) AS failed FROM deliveries GROUP BY sink`,
       )
       .all(now, now) as { sink: string; ready: number; delayed: number; failed: number }[];
-    const dead = this.db.prepare('SELECT sink, COUNT(*) AS n FROM dead_letters GROUP BY sink').all() as { sink: string; n: number }[];
+    const dead = this.db.prepare('SELECT sink, COUNT(*) AS n FROM dead_letters GROUP BY sink').all() as {
+      sink: string;
+      n: number;
+    }[];
     const active = this.inFlight();
     const out: Record<string, SinkJobCounts> = {};
     for (const sink of this.sinkNames) {
@@ -47,8 +56,17 @@ export class LocalAdmin implements QueueAdmin {
   async listDead(filter: DeadLetterFilter, limit = 100): Promise<DeadLetter[]> {
     const w = where(filter);
     const rows = this.db
-      .prepare(`SELECT sink, key, body, attempts, error, failed_at FROM dead_letters ${w.sql} ORDER BY id LIMIT ?`)
-      .all(...w.args, limit) as { sink: string; key: string; body: string; attempts: number; error: string; failed_at: number }[];
+      .prepare(
+        `SELECT sink, key, body, attempts, error, failed_at FROM dead_letters ${w.sql} ORDER BY id LIMIT ?`,
+      )
+      .all(...w.args, limit) as {
+      sink: string;
+      key: string;
+      body: string;
+      attempts: number;
+      error: string;
+      failed_at: number;
+    }[];
     return rows.map((r) => ({
       sink: r.sink,
       key: r.key,
@@ -62,7 +80,9 @@ export class LocalAdmin implements QueueAdmin {
   async retryDead(filter: DeadLetterFilter): Promise<number> {
     const w = where(filter);
     return this.db.transaction(() => {
-      const rows = this.db.prepare(`SELECT id, sink, key, body FROM dead_letters ${w.sql} ORDER BY id`).all(...w.args) as {
+      const rows = this.db
+        .prepare(`SELECT id, sink, key, body FROM dead_letters ${w.sql} ORDER BY id`)
+        .all(...w.args) as {
         id: number;
         sink: string;
         key: string;

@@ -83,7 +83,9 @@ export class LocalDelivery implements DeliveryRunner {
     const head = this.db.prepare(
       'SELECT id, key, subject_key, body, attempts, available_at FROM deliveries WHERE sink = ? ORDER BY id LIMIT 1',
     );
-    const nextDue = this.db.prepare('SELECT MIN(available_at) AS t FROM deliveries WHERE sink = ? AND available_at > ?');
+    const nextDue = this.db.prepare(
+      'SELECT MIN(available_at) AS t FROM deliveries WHERE sink = ? AND available_at > ?',
+    );
     let buffer: Row[] = [];
     let failedSinceFetch = false;
 
@@ -96,7 +98,9 @@ export class LocalDelivery implements DeliveryRunner {
             const row = inflight.size === 0 ? (head.get(sink) as Row | undefined) : undefined;
             buffer = row && row.available_at <= now ? [row] : [];
           } else {
-            buffer = (heads.all({ sink, now, limit: BATCH + inflight.size }) as Row[]).filter((r) => !inflight.has(r.id));
+            buffer = (heads.all({ sink, now, limit: BATCH + inflight.size }) as Row[]).filter(
+              (r) => !inflight.has(r.id),
+            );
           }
         }
         while (buffer.length && inflight.size < this.queue.concurrency) {
@@ -159,13 +163,19 @@ export class LocalDelivery implements DeliveryRunner {
           this.db.prepare('DELETE FROM deliveries WHERE id = ?').run(row.id);
         })();
         this.backlog.add(runtime.name, -1);
-        this.logger.error({ sink: runtime.name, key: row.key, attempts, err: message }, 'delivery dead-lettered');
+        this.logger.error(
+          { sink: runtime.name, key: row.key, attempts, err: message },
+          'delivery dead-lettered',
+        );
       } else {
         const delay = retryDelayMs(attempts, this.queue, failure.retryAfterMs);
         this.db
           .prepare('UPDATE deliveries SET attempts = ?, available_at = ?, last_error = ? WHERE id = ?')
           .run(attempts, Date.now() + delay, message, row.id);
-        this.logger.warn({ sink: runtime.name, key: row.key, attempts, retry_in_ms: Math.round(delay), err: message }, 'delivery failed; will retry');
+        this.logger.warn(
+          { sink: runtime.name, key: row.key, attempts, retry_in_ms: Math.round(delay), err: message },
+          'delivery failed; will retry',
+        );
       }
       this.events.emit('delivery:finished', {
         sink: runtime.name,
