@@ -1,0 +1,65 @@
+# syntax=docker/dockerfile:1
+# feedsync container image: a build stage with the native toolchain, a slim runtime stage
+# without it. scripts/verify-image-steps.sh replays these steps without a Docker engine;
+# keep the two in step when changing either.
+
+ARG NODE_IMAGE=node:20-bookworm
+ARG NODE_RUNTIME_IMAGE=node:20-bookworm-slim
+
+FROM ${NODE_IMAGE} AS build
+# better-sqlite3 compiles from source when no prebuilt binary can be fetched.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3 make g++ \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /app
+# The image's bundled npm (10.x) is used on purpose: npm >= 11.6.2 rejects lockfiles that lack
+# other platforms' optional packages (npm/cli#8805). Dependencies first so this layer is cached
+# until the lockfile changes. --ignore-scripts
+# because `prepare` would try to compile TypeScript before the sources are copied; the
+# native modules are then built explicitly.
+COPY package.json package-lock.json ./
+RUN npm ci --ignore-scripts --no-audit --no-fund \
+ && npm rebuild better-sqlite3 msgpackr-extract
+COPY tsconfig.json ./
+COPY scripts/build.mjs scripts/build.mjs
+COPY src src
+RUN npm run build
+# Production dependencies only, taken from THIS stage: `npm prune` keeps the already-compiled
+# better-sqlite3 binary, so the runtime stage needs no compiler and never runs install
+# scripts. Both stages are Debian bookworm with the same Node major, so the binary's glibc
+# and Node ABI match. (The alternative, `npm ci --omit=dev --ignore-scripts` followed by
+# `npm rebuild better-sqlite3` in the runtime stage, would need python3/make/g++ there.)
+RUN npm prune --omit=dev --no-audit --no-fund
+
+FROM ${NODE_RUNTIME_IMAGE} AS runtime
+# tini as PID 1 forwards SIGTERM/SIGINT to node and reaps zombies, so the graceful stop
+# (CONTRACT §1) runs when Kubernetes or `docker stop` asks for it.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends tini \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --system --gid 10001 feedsync \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin feedsync \
+ && mkdir -p /data /etc/feedsync/secrets \
+ && chown 10001:10001 /data
+ENV NODE_ENV=production \
+    FEEDSYNC_CONFIG=/etc/feedsync/feedsync.yaml
+WORKDIR /app
+COPY --from=build /app/package.json ./package.json
+COPY --from=build /app/node_modules ./node_modules
+COPY --from=build /app/dist ./dist
+# The example configs ship in the package (package.json "files"); the Kubernetes one is the
+# image default. It reads credentials from *_file paths under /etc/feedsync/secrets/.
+COPY config ./config
+COPY config/kubernetes.yaml /etc/feedsync/feedsync.yaml
+# A plain symlink (no `npm link`): dist/cli.js carries the node shebang and resolves its
+# dependencies from /app/node_modules through the link's real path.
+RUN ln -s /app/dist/cli.js /usr/local/bin/feedsync \
+ && feedsync --version
+USER 10001:10001
+VOLUME ["/data"]
+EXPOSE 9464
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:9464/healthz').then(r => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+ENTRYPOINT ["/usr/bin/tini", "--", "feedsync"]
+CMD ["run"]

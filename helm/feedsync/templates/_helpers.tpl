@@ -1,0 +1,261 @@
+{{/* Names, labels and the pieces every feedsync pod shares. */}}
+
+{{- define "feedsync.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "feedsync.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "feedsync.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "feedsync.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "feedsync.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "feedsync.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "feedsync.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "feedsync.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "feedsync.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "feedsync.secretsDir" -}}/etc/feedsync/secrets{{- end -}}
+
+{{/* Redis is needed (and mounted) only in scaled mode. */}}
+{{- define "feedsync.redisManagedByChart" -}}
+{{- if and (eq .Values.mode "scaled") .Values.redis.url (not .Values.redis.existingSecret) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The chart renders its own Secret when it holds any credential. */}}
+{{- define "feedsync.chartSecretNeeded" -}}
+{{- if or (and (not .Values.secrets.existingSecret) .Values.secrets.values) (include "feedsync.redisManagedByChart" .) -}}true{{- end -}}
+{{- end -}}
+
+{{- define "feedsync.shutdownTimeoutMs" -}}
+{{- .Values.config.shutdown_timeout_ms | default 10000 | int64 -}}
+{{- end -}}
+
+{{/* Kubernetes must wait longer than feedsync's own graceful-stop budget, or SIGKILL cuts a
+     clean shutdown short (in-flight work is then redelivered, not lost, but needlessly). */}}
+{{- define "feedsync.terminationGracePeriodSeconds" -}}
+{{- $budget := div (int64 (include "feedsync.shutdownTimeoutMs" .)) 1000 -}}
+{{- $explicit := int64 .Values.terminationGracePeriodSeconds -}}
+{{- if eq $explicit 0 -}}
+{{- add $budget 5 -}}
+{{- else if le $explicit $budget -}}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must exceed config.shutdown_timeout_ms/1000 (%d)" $explicit $budget) -}}
+{{- else -}}
+{{- $explicit -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Checks that cannot be expressed in values.schema.json; runs from the ConfigMap template
+     so every render goes through it. */}}
+{{- define "feedsync.validate" -}}
+{{- if and (eq .Values.mode "scaled") (not .Values.redis.url) (not .Values.redis.existingSecret) -}}
+{{- fail "mode=scaled needs Redis: set redis.url or redis.existingSecret" -}}
+{{- end -}}
+{{- if and .Values.secrets.existingSecret .Values.secrets.values -}}
+{{- fail "set either secrets.existingSecret or secrets.values, not both" -}}
+{{- end -}}
+{{- if .Values.secrets.values -}}
+{{- $dir := printf "%s/" (include "feedsync.secretsDir" .) -}}
+{{- $refs := list -}}
+{{- range .Values.config.sources -}}{{- $refs = append $refs (dict "what" (printf "config.sources[%s].password_file" .name) "path" .password_file) -}}{{- end -}}
+{{- range .Values.config.sinks -}}{{- if .secret_file -}}{{- $refs = append $refs (dict "what" (printf "config.sinks[%s].secret_file" .name) "path" .secret_file) -}}{{- end -}}{{- end -}}
+{{- range $refs -}}
+{{- if hasPrefix $dir .path -}}
+{{- $key := trimPrefix $dir .path -}}
+{{- if not (hasKey $.Values.secrets.values $key) -}}
+{{- fail (printf "%s is %s but secrets.values has no key %q" .what .path $key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The effective feedsync config: the user's `config` plus the keys the chart owns. */}}
+{{- define "feedsync.config" -}}
+{{- $cfg := deepCopy .Values.config -}}
+{{- $queue := deepCopy (default dict .Values.config.queue) -}}
+{{- if eq .Values.mode "scaled" -}}
+{{- $_ := set $queue "driver" "bullmq" -}}
+{{- $_ := set $queue "redis_url_file" (printf "%s/redis-url" (include "feedsync.secretsDir" .)) -}}
+{{- else -}}
+{{- $_ := set $queue "driver" "local" -}}
+{{- end -}}
+{{- $_ := set $cfg "queue" $queue -}}
+{{- $_ := set $cfg "store" (dict "path" "/data/feedsync.db") -}}
+{{- $_ := set $cfg "http" (dict "host" "0.0.0.0" "port" (int .Values.metrics.port)) -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* Volumes shared by every feedsync pod (the /data volume differs per workload). */}}
+{{- define "feedsync.volumes" -}}
+- name: config
+  configMap:
+    name: {{ include "feedsync.fullname" . }}
+- name: tmp
+  emptyDir: {}
+{{- $sources := list -}}
+{{- if .Values.secrets.existingSecret -}}
+{{- $sources = append $sources (dict "secret" (dict "name" .Values.secrets.existingSecret)) -}}
+{{- end -}}
+{{- if include "feedsync.chartSecretNeeded" . -}}
+{{- $items := list -}}
+{{- if not .Values.secrets.existingSecret -}}
+{{- range $key, $_ := .Values.secrets.values -}}{{- $items = append $items (dict "key" $key "path" $key) -}}{{- end -}}
+{{- end -}}
+{{- if include "feedsync.redisManagedByChart" . -}}
+{{- $items = append $items (dict "key" "redis-url" "path" "redis-url") -}}
+{{- end -}}
+{{- $sources = append $sources (dict "secret" (dict "name" (include "feedsync.fullname" .) "items" $items)) -}}
+{{- end -}}
+{{- if and (eq .Values.mode "scaled") .Values.redis.existingSecret -}}
+{{- $sources = append $sources (dict "secret" (dict "name" .Values.redis.existingSecret "items" (list (dict "key" .Values.redis.existingSecretKey "path" "redis-url")))) -}}
+{{- end -}}
+{{- if $sources }}
+- name: secrets
+  projected:
+    # Group-readable only: fsGroup gives the files to the feedsync group.
+    defaultMode: 0440
+    sources:
+      {{- toYaml $sources | nindent 6 }}
+{{- end -}}
+{{- end -}}
+
+{{- define "feedsync.hasSecretsVolume" -}}
+{{- if or .Values.secrets.existingSecret (include "feedsync.chartSecretNeeded" .) (and (eq .Values.mode "scaled") .Values.redis.existingSecret) -}}true{{- end -}}
+{{- end -}}
+
+{{/* Pod-level fields shared by every feedsync pod. */}}
+{{- define "feedsync.podSpecCommon" -}}
+serviceAccountName: {{ include "feedsync.serviceAccountName" . }}
+# feedsync never talks to the Kubernetes API.
+automountServiceAccountToken: false
+enableServiceLinks: false
+terminationGracePeriodSeconds: {{ include "feedsync.terminationGracePeriodSeconds" . }}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 10001
+  runAsGroup: 10001
+  fsGroup: 10001
+  fsGroupChangePolicy: OnRootMismatch
+  seccompProfile:
+    type: RuntimeDefault
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* The feedsync container; call with (dict "root" $ "command" "run|poll|work" "resources" ...). */}}
+{{- define "feedsync.container" -}}
+{{- $root := .root -}}
+- name: feedsync
+  image: {{ include "feedsync.image" $root }}
+  imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+  args: [{{ .command | quote }}]
+  env:
+    - name: FEEDSYNC_CONFIG
+      value: /etc/feedsync/feedsync.yaml
+    {{- range $root.Values.extraEnv }}
+    - name: {{ .name }}
+      value: {{ .value | quote }}
+    {{- end }}
+  ports:
+    - name: metrics
+      containerPort: {{ $root.Values.metrics.port }}
+      protocol: TCP
+  startupProbe:
+    httpGet:
+      path: /healthz
+      port: metrics
+    periodSeconds: 2
+    failureThreshold: 60
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: metrics
+    periodSeconds: 10
+    timeoutSeconds: 5
+    failureThreshold: 6
+  readinessProbe:
+    httpGet:
+      path: /readyz
+      port: metrics
+    periodSeconds: 10
+    timeoutSeconds: 5
+    failureThreshold: 3
+  securityContext:
+    runAsNonRoot: true
+    runAsUser: 10001
+    runAsGroup: 10001
+    readOnlyRootFilesystem: true
+    allowPrivilegeEscalation: false
+    capabilities:
+      drop: ["ALL"]
+    seccompProfile:
+      type: RuntimeDefault
+  {{- with .resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  volumeMounts:
+    - name: config
+      mountPath: /etc/feedsync/feedsync.yaml
+      subPath: feedsync.yaml
+      readOnly: true
+    {{- if include "feedsync.hasSecretsVolume" $root }}
+    - name: secrets
+      mountPath: {{ include "feedsync.secretsDir" $root }}
+      readOnly: true
+    {{- end }}
+    - name: data
+      mountPath: /data
+    - name: tmp
+      mountPath: /tmp
+{{- end -}}
+
+{{/* Roll pods whenever the rendered config or the chart's Secret changes. */}}
+{{- define "feedsync.podAnnotations" -}}
+checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha256sum }}
+checksum/secret: {{ include (print .Template.BasePath "/secret.yaml") . | sha256sum }}
+{{- with .Values.podAnnotations }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
