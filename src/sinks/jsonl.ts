@@ -97,6 +97,11 @@ class JsonlFileSink implements JsonlSink {
     return promise;
   }
 
+  /** Submitted in one tick, so the group commit writes and fsyncs them together. */
+  async deliverBatch(changes: Change[]): Promise<void> {
+    await Promise.all(changes.map((c) => this.deliver(c)));
+  }
+
   private kick(): void {
     if (this.flushing) return;
     this.flushing = this.flushLoop().finally(() => {

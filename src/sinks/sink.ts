@@ -13,6 +13,13 @@ export { NeverError, RetryLaterError } from '../errors.js';
  */
 export interface Sink {
   deliver(change: Change): Promise<void>;
+  /**
+   * Optional: accept several changes in one call (one write, one fsync, one transaction). The
+   * embedded queue then counts a batch as one delivery in flight. A batch never holds two changes
+   * of the same subject, and it succeeds or fails as a whole: after a failure every change of it
+   * is retried, so a sink that applied part of it must de-duplicate by key (the built-in ones do).
+   */
+  deliverBatch?(changes: Change[]): Promise<void>;
   close(): Promise<void>;
   /** Optional: false when the sink cannot currently accept deliveries. */
   healthy?(): Promise<boolean>;

@@ -73,8 +73,32 @@ class SqliteMirrorSink implements Sink {
     this.versionOnly = db.prepare(SQL.versionOnly);
   }
 
+  /** One transaction (one fsync) for the whole batch. */
+  async deliverBatch(changes: Change[]): Promise<void> {
+    if (this.closed) throw new RetryLaterError(`sink "${this.name}": closed, cannot write ${this.path}`);
+    try {
+      this.db.transaction(() => {
+        for (const change of changes) this.apply(change);
+      })();
+    } catch (err) {
+      throw err instanceof RetryLaterError
+        ? err
+        : new RetryLaterError(
+            `sink "${this.name}": cannot apply a batch to ${this.path}: ${errorMessage(err)}`,
+            undefined,
+            {
+              cause: err,
+            },
+          );
+    }
+  }
+
   async deliver(change: Change): Promise<void> {
     if (this.closed) throw new RetryLaterError(`sink "${this.name}": closed, cannot write ${this.path}`);
+    this.apply(change);
+  }
+
+  private apply(change: Change): void {
     // Changes without a subject URL have no row to mirror into.
     if (change.subject_url === null) return;
     const params = {

@@ -202,19 +202,15 @@ describe('bad bodies are DecodeErrors naming the URL', () => {
   });
 });
 
-describe('throughput', () => {
-  // A guard against pathological regressions (e.g. quadratic walks), not a benchmark: a page of
-  // 51 events, a third of them embedding a full rule, takes ~15 ms here (~3000 events/s).
-  it('decodes a 51-event XML page in under 60 ms on average', () => {
+describe('a full page', () => {
+  // Speed lives in the benchmark (npm run bench); here only that a large page decodes whole.
+  it('decodes a 51-event XML page with embedded rules into 51 entries', () => {
     const events = fixture('events.xml');
     const page = events.replace(
       /(<events type="array">)([\s\S]*)(<\/events>)/,
       (_m, a, body, c) => a + body.repeat(17) + c,
     );
-    const t0 = performance.now();
-    for (let i = 0; i < 50; i++) decodeBody(page, XML, URL_, 'xml', { linkRel });
-    const perPage = (performance.now() - t0) / 50;
-    expect((decodeBody(page, XML, URL_, 'xml').entries as unknown[]).length).toBe(51);
-    expect(perPage).toBeLessThan(60);
+    expect((decodeBody(page, XML, URL_, 'xml', { linkRel }).entries as unknown[]).length).toBe(51);
   });
+});
 });

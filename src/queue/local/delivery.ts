@@ -18,7 +18,8 @@ interface Row {
 }
 
 const IDLE_RECHECK_MS = 1000;
-const BATCH = 256;
+/** Changes per call to a sink that takes batches, and rows fetched per look at the queue. */
+const BATCH = 200;
 
 /**
  * Delivers the embedded queue to the sinks: one loop per sink, `concurrency` deliveries in flight.
@@ -31,6 +32,16 @@ export class LocalDelivery implements DeliveryRunner {
   private readonly loops: Promise<void>[] = [];
   private readonly wakers = new Set<() => void>();
   private readonly inflight = new Map<string, Set<number>>();
+  /** Sink calls in flight (a batch is one call). */
+  private readonly calls = new Map<string, number>();
+
+  private busy(sink: string): number {
+    return this.calls.get(sink) ?? 0;
+  }
+
+  private readonly ack;
+  private readonly bury;
+  private readonly retry;
 
   constructor(
     private readonly db: Db,
@@ -39,7 +50,15 @@ export class LocalDelivery implements DeliveryRunner {
     private readonly events: PipelineEvents,
     private readonly logger: Logger,
     private readonly backlog: Backlog,
-  ) {}
+  ) {
+    this.ack = db.prepare('DELETE FROM deliveries WHERE id = ?');
+    this.bury = db.prepare(
+      'INSERT OR REPLACE INTO dead_letters (sink, key, body, attempts, error, failed_at) VALUES (?, ?, ?, ?, ?, ?)',
+    );
+    this.retry = db.prepare(
+      'UPDATE deliveries SET attempts = ?, available_at = ?, last_error = ? WHERE id = ?',
+    );
+  }
 
   /** New rows were queued: look again now rather than at the next idle re-check. */
   wake(): void {
@@ -80,34 +99,38 @@ export class LocalDelivery implements DeliveryRunner {
          SELECT 1 FROM deliveries e WHERE e.sink = d.sink AND e.subject_key = d.subject_key AND e.id < d.id)
        ORDER BY id LIMIT @limit`,
     );
-    const head = this.db.prepare(
-      'SELECT id, key, subject_key, body, attempts, available_at FROM deliveries WHERE sink = ? ORDER BY id LIMIT 1',
+    const queueHead = this.db.prepare(
+      'SELECT id, key, subject_key, body, attempts, available_at FROM deliveries WHERE sink = ? ORDER BY id LIMIT ?',
     );
     const nextDue = this.db.prepare(
       'SELECT MIN(available_at) AS t FROM deliveries WHERE sink = ? AND available_at > ?',
     );
+    // A sink that takes batches gets up to BATCH changes per call, one call counting as one
+    // delivery in flight; others get one change per call.
+    const perCall = runtime.sink.deliverBatch ? BATCH : 1;
     let buffer: Row[] = [];
     let failedSinceFetch = false;
 
     while (!this.stopping || inflight.size > 0) {
-      if (!this.stopping && inflight.size < this.queue.concurrency) {
+      if (!this.stopping && this.busy(sink) < this.queue.concurrency) {
         if (buffer.length === 0 || failedSinceFetch) {
           failedSinceFetch = false;
           const now = Date.now();
-          if (strict) {
-            const row = inflight.size === 0 ? (head.get(sink) as Row | undefined) : undefined;
-            buffer = row && row.available_at <= now ? [row] : [];
-          } else {
-            buffer = (heads.all({ sink, now, limit: BATCH + inflight.size }) as Row[]).filter(
-              (r) => !inflight.has(r.id),
-            );
-          }
+          buffer = strict
+            ? inflight.size === 0
+              ? strictPrefix(queueHead.all(sink, perCall) as Row[], now)
+              : []
+            : (
+                heads.all({ sink, now, limit: BATCH * this.queue.concurrency + inflight.size }) as Row[]
+              ).filter((r) => !inflight.has(r.id));
         }
-        while (buffer.length && inflight.size < this.queue.concurrency) {
-          const row = buffer.shift()!;
-          inflight.add(row.id);
-          void this.deliver(runtime, row).then((failed) => {
-            inflight.delete(row.id);
+        while (buffer.length && this.busy(sink) < this.queue.concurrency) {
+          const rows = buffer.splice(0, perCall);
+          for (const r of rows) inflight.add(r.id);
+          this.calls.set(sink, this.busy(sink) + 1);
+          void this.deliver(runtime, rows).then((failed) => {
+            for (const r of rows) inflight.delete(r.id);
+            this.calls.set(sink, this.busy(sink) - 1);
             if (failed) failedSinceFetch = true;
             this.wake();
           });
@@ -132,59 +155,79 @@ export class LocalDelivery implements DeliveryRunner {
     });
   }
 
-  /** Deliver one row; resolves true when it failed (so the loop refetches heads). */
-  private async deliver(runtime: SinkRuntime, row: Row): Promise<boolean> {
+  /** Deliver rows in one sink call; resolves true when it failed (so the loop refetches heads). */
+  private async deliver(runtime: SinkRuntime, rows: Row[]): Promise<boolean> {
     const started = performance.now();
-    const change = JSON.parse(row.body) as Change;
+    const changes = rows.map((r) => JSON.parse(r.body) as Change);
     try {
-      await runtime.sink.deliver(change);
-      this.db.prepare('DELETE FROM deliveries WHERE id = ?').run(row.id);
-      this.backlog.add(runtime.name, -1);
+      if (changes.length === 1 || !runtime.sink.deliverBatch) await runtime.sink.deliver(changes[0]!);
+      else await runtime.sink.deliverBatch(changes);
+    } catch (err) {
+      this.failed(runtime, rows, err, (performance.now() - started) / 1000);
+      return true;
+    }
+    this.db.transaction(() => {
+      for (const r of rows) this.ack.run(r.id);
+    })();
+    this.backlog.add(runtime.name, -rows.length);
+    const now = Date.now();
+    const durationSeconds = (performance.now() - started) / 1000;
+    for (const [i, change] of changes.entries())
       this.events.emit('delivery:finished', {
         sink: runtime.name,
         outcome: 'ok',
-        durationSeconds: (performance.now() - started) / 1000,
-        endToEndSeconds: (Date.now() - Date.parse(change.occurred_at)) / 1000,
-        key: row.key,
+        durationSeconds,
+        endToEndSeconds: (now - Date.parse(change.occurred_at)) / 1000,
+        key: rows[i]!.key,
       });
-      return false;
-    } catch (err) {
-      const failure = classifyFailure(err);
-      const attempts = row.attempts + 1;
-      const dead = failure.kind === 'never' || attempts >= this.queue.attempts;
-      const message = errorMessage(err);
-      if (dead) {
-        this.db.transaction(() => {
-          this.db
-            .prepare(
-              `INSERT OR REPLACE INTO dead_letters (sink, key, body, attempts, error, failed_at) VALUES (?, ?, ?, ?, ?, ?)`,
-            )
-            .run(runtime.name, row.key, row.body, attempts, message, Date.now());
-          this.db.prepare('DELETE FROM deliveries WHERE id = ?').run(row.id);
-        })();
-        this.backlog.add(runtime.name, -1);
-        this.logger.error(
-          { sink: runtime.name, key: row.key, attempts, err: message },
-          'delivery dead-lettered',
-        );
-      } else {
-        const delay = retryDelayMs(attempts, this.queue, failure.retryAfterMs);
-        this.db
-          .prepare('UPDATE deliveries SET attempts = ?, available_at = ?, last_error = ? WHERE id = ?')
-          .run(attempts, Date.now() + delay, message, row.id);
-        this.logger.warn(
-          { sink: runtime.name, key: row.key, attempts, retry_in_ms: Math.round(delay), err: message },
-          'delivery failed; will retry',
-        );
-      }
-      this.events.emit('delivery:finished', {
-        sink: runtime.name,
-        outcome: dead ? 'dead' : 'retry',
-        durationSeconds: (performance.now() - started) / 1000,
-        key: row.key,
-        error: err,
-      });
-      return true;
-    }
+    return false;
   }
+
+  private failed(runtime: SinkRuntime, rows: Row[], err: unknown, durationSeconds: number): void {
+    const failure = classifyFailure(err);
+    const message = errorMessage(err);
+    const now = Date.now();
+    let dead = 0;
+    this.db.transaction(() => {
+      for (const row of rows) {
+        const attempts = row.attempts + 1;
+        if (failure.kind === 'never' || attempts >= this.queue.attempts) {
+          this.bury.run(runtime.name, row.key, row.body, attempts, message, now);
+          this.ack.run(row.id);
+          dead++;
+          this.logger.error(
+            { sink: runtime.name, key: row.key, attempts, err: message },
+            'delivery dead-lettered',
+          );
+        } else {
+          const delay = retryDelayMs(attempts, this.queue, failure.retryAfterMs);
+          this.retry.run(attempts, now + delay, message, row.id);
+          this.logger.warn(
+            { sink: runtime.name, key: row.key, attempts, retry_in_ms: Math.round(delay), err: message },
+            'delivery failed; will retry',
+          );
+        }
+        this.events.emit('delivery:finished', {
+          sink: runtime.name,
+          outcome: failure.kind === 'never' || attempts >= this.queue.attempts ? 'dead' : 'retry',
+          durationSeconds,
+          key: row.key,
+          error: err,
+        });
+      }
+    })();
+    this.backlog.add(runtime.name, -dead);
+  }
+}
+
+/** Strict order: the queue's head rows that are due, stopping at the first that is not or at a repeated subject. */
+function strictPrefix(rows: Row[], now: number): Row[] {
+  const subjects = new Set<string>();
+  const out: Row[] = [];
+  for (const r of rows) {
+    if (r.available_at > now || subjects.has(r.subject_key)) break;
+    subjects.add(r.subject_key);
+    out.push(r);
+  }
+  return out;
 }
