@@ -213,4 +213,3 @@ describe('a full page', () => {
     expect((decodeBody(page, XML, URL_, 'xml', { linkRel }).entries as unknown[]).length).toBe(51);
   });
 });
-});
