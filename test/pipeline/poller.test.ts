@@ -1,0 +1,222 @@
+// The poller's decisions, with a scripted upstream standing in for the HTTP client (the real
+// client and sandbox are exercised in e2e.test.ts; here we need pages no honest service sends).
+import { join } from 'node:path';
+import pino from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { SourceConfig } from '../../src/config/types.js';
+import { UpstreamAuthError, UpstreamHttpError } from '../../src/errors.js';
+import type { Change } from '../../src/pipeline/change.types.js';
+import { PipelineEvents } from '../../src/pipeline/events.js';
+import { runPoller } from '../../src/pipeline/poller.js';
+import type { ChangeQueue, PageCommit } from '../../src/queue/queue.js';
+import { services } from '../../src/services/index.js';
+import { CursorStore } from '../../src/store/cursors.js';
+import { openStore } from '../../src/store/store.js';
+import type { FetchResult, UpstreamClient } from '../../src/upstream/client.js';
+import type { Resource } from '../../src/upstream/resource.js';
+import { tempDir, waitFor } from '../support/harness.js';
+
+const BASE = 'http://upstream.test/wf';
+const source = (over: Partial<SourceConfig> = {}): SourceConfig => ({
+  name: 'wf',
+  service: 'workflow',
+  base_url: BASE,
+  username: 'u',
+  password: 'p',
+  format: 'json',
+  event_types: [],
+  expand_subject: true,
+  expand_source: false,
+  start_from: 'earliest',
+  poll_interval_ms: 20,
+  timeout_ms: 1000,
+  subject_concurrency: 4,
+  ...over,
+});
+const ev = (id: number, type: string, subject: string): Resource => ({
+  resource_type: 'event',
+  id,
+  event_type: type,
+  timestamp: '2026-11-20T10:00:00.000Z',
+  self_link: `${BASE}/api/events/${id}`,
+  subject_link: `${BASE}/api/work_areas/1/jobs/${subject}`,
+});
+
+/** Serves feed pages by newer_than from a list, subjects from a map; records every request. */
+class ScriptedUpstream implements UpstreamClient {
+  requests: string[] = [];
+  subjectFailures = new Map<string, number>();
+  feedError?: () => Error | undefined;
+  constructor(
+    public events: Resource[],
+    public subjects: Record<string, Resource | 404>,
+  ) {}
+  async get(url: string, opts: { kind: 'feed' | 'subject' }): Promise<FetchResult> {
+    this.requests.push(url);
+    if (opts.kind === 'feed') {
+      const err = this.feedError?.();
+      if (err) throw err;
+      const after = Number(new URL(url).searchParams.get('newer_than') ?? 0);
+      const entries = this.events.filter((e) => (e.id as number) > after).slice(0, 50);
+      return { status: 200, url, resource: { resource_type: 'events', entries } };
+    }
+    const left = this.subjectFailures.get(url) ?? 0;
+    if (left > 0) {
+      this.subjectFailures.set(url, left - 1);
+      throw new UpstreamHttpError(url, 503, 'busy');
+    }
+    const s = this.subjects[url];
+    if (s === undefined || s === 404) return { status: 404, url };
+    return { status: 200, url, resource: s };
+  }
+  stats() {
+    return { requests: this.requests.length, unauthorized: 0 };
+  }
+  async close() {}
+}
+
+class MemoryQueue implements ChangeQueue {
+  commits: PageCommit[] = [];
+  backlog = 0;
+  constructor(private readonly cursors: CursorStore) {}
+  async commitPage(c: PageCommit) {
+    this.commits.push(c);
+    this.cursors.save(c.source, c.cursor, c.seenAbove);
+    return { sink: c.changes.length };
+  }
+  async maxBacklog() {
+    return this.backlog;
+  }
+  get changes(): Change[] {
+    return this.commits.flatMap((c) => c.changes);
+  }
+}
+
+const stops: AbortController[] = [];
+afterEach(() => stops.splice(0).forEach((s) => s.abort()));
+
+function start(client: ScriptedUpstream, over: Partial<SourceConfig> = {}, maxBacklog = 1000, backlog = 0) {
+  const cursors = new CursorStore(openStore(join(tempDir(), 'store.db')));
+  const queue = new MemoryQueue(cursors);
+  queue.backlog = backlog;
+  const events = new PipelineEvents();
+  const stop = new AbortController();
+  stops.push(stop);
+  const polls: boolean[] = [];
+  events.on('poll:finished', (e) => polls.push(e.ok));
+  const unknown: string[] = [];
+  events.on('event:unknown-type', (e) => unknown.push(e.eventType));
+  const done = runPoller({
+    source: source(over),
+    adapter: services.workflow,
+    client,
+    queue,
+    cursors,
+    events,
+    logger: pino({ level: 'silent' }),
+    maxBacklog,
+    signal: stop.signal,
+  });
+  return { queue, cursors, polls, unknown, stop, done };
+}
+
+const job = (n: string): Resource => ({ resource_type: 'job', id: Number(n), name: `job ${n}` });
+const url = (n: string) => `${BASE}/api/work_areas/1/jobs/${n}`;
+
+describe('poller', () => {
+  it('fetches each distinct subject once per page and shares it between the events of that subject', async () => {
+    const events = [
+      ev(1, 'job_created', '7'),
+      ev(2, 'job_updated', '7'),
+      ev(3, 'job_updated', '8'),
+      ev(4, 'job_updated', '7'),
+    ];
+    const up = new ScriptedUpstream(events, { [url('7')]: job('7'), [url('8')]: job('8') });
+    const p = start(up);
+    await waitFor(() => p.queue.changes.length === 4, 5000, 'four changes');
+    expect(up.requests.filter((r) => r === url('7'))).toHaveLength(1);
+    expect(p.queue.changes.map((c) => c.subject)).toEqual([job('7'), job('7'), job('8'), job('7')]);
+  });
+
+  it('gives gone on 404, deleted without a fetch for *_deleted events', async () => {
+    const up = new ScriptedUpstream([ev(1, 'job_updated', '9'), ev(2, 'job_deleted', '9')], {});
+    const p = start(up);
+    await waitFor(() => p.queue.changes.length === 2, 5000, 'two changes');
+    expect(p.queue.changes.map((c) => c.subject_state)).toEqual(['gone', 'deleted']);
+    expect(up.requests.filter((r) => r === url('9'))).toHaveLength(1);
+  });
+
+  it('retries a failing subject on its own without refetching the page, and commits nothing meanwhile', async () => {
+    const up = new ScriptedUpstream([ev(1, 'job_updated', '7'), ev(2, 'job_updated', '8')], {
+      [url('7')]: job('7'),
+      [url('8')]: job('8'),
+    });
+    up.subjectFailures.set(url('8'), 3);
+    const p = start(up);
+    await waitFor(() => p.queue.changes.length === 2, 10_000, 'both changes');
+    expect(up.requests.filter((r) => r.includes('/api/events'))).toHaveLength(1 + (p.polls.length - 1));
+    expect(up.requests.filter((r) => r === url('8'))).toHaveLength(4);
+    expect(p.queue.commits[0]!.changes).toHaveLength(2);
+  });
+
+  it('delivers an event type the specs do not list, reporting it once per type', async () => {
+    const up = new ScriptedUpstream(
+      [ev(1, 'job_archived', '7'), ev(2, 'job_archived', '7'), ev(3, 'heartbeat', '7')],
+      { [url('7')]: job('7') },
+    );
+    const p = start(up);
+    await waitFor(() => p.queue.changes.length === 3, 5000, 'three changes');
+    expect(p.unknown).toEqual(['job_archived', 'heartbeat']);
+    expect(p.queue.changes.map((c) => [c.resource_type, c.operation])).toEqual([
+      ['job', 'archived'],
+      ['job', 'archived'],
+      ['heartbeat', 'unknown'],
+    ]);
+  });
+
+  it('ignores events at or below the cursor that a misbehaving feed lists again', async () => {
+    const up = new ScriptedUpstream([ev(5, 'job_updated', '7')], { [url('7')]: job('7') });
+    const p = start(up, { start_from: 4 });
+    await waitFor(() => p.queue.changes.length === 1, 5000, 'first change');
+    up.events = [ev(3, 'job_updated', '7'), ev(5, 'job_updated', '7'), ev(6, 'job_updated', '7')];
+    // the scripted feed filters by newer_than itself; make it lie like a broken upstream would
+    up.get = async (u: string, o) =>
+      o.kind === 'feed'
+        ? { status: 200, url: u, resource: { resource_type: 'events', entries: up.events } }
+        : ScriptedUpstream.prototype.get.call(up, u, o);
+    await waitFor(() => p.queue.changes.length === 2, 5000, 'second change');
+    await new Promise((r) => setTimeout(r, 100));
+    expect(p.queue.changes.map((c) => c.event_id)).toEqual([5, 6]);
+  });
+
+  it('fails a page with an unusable event as a whole and keeps the cursor', async () => {
+    const up = new ScriptedUpstream(
+      [ev(1, 'job_updated', '7'), { ...ev(2, 'job_updated', '7'), timestamp: 'yesterday' }],
+      { [url('7')]: job('7') },
+    );
+    const p = start(up);
+    await waitFor(() => p.polls.filter((ok) => !ok).length >= 2, 10_000, 'failed polls');
+    expect(p.queue.commits).toHaveLength(0);
+    expect(p.cursors.get('wf')).toBeUndefined();
+  });
+
+  it('retries wrong credentials slowly: no faster than poll_interval_ms, backing off', async () => {
+    const up = new ScriptedUpstream([], {});
+    up.feedError = () => new UpstreamAuthError(`${BASE}/api/events`, 'rejected');
+    const p = start(up, { poll_interval_ms: 200 });
+    await new Promise((r) => setTimeout(r, 1100));
+    // at most one attempt per 200 ms interval (plus the first), never a tight loop
+    expect(up.requests.length).toBeGreaterThanOrEqual(2);
+    expect(up.requests.length).toBeLessThanOrEqual(6);
+    expect(p.polls.every((ok) => !ok)).toBe(true);
+  });
+
+  it('pauses while a sink backlog is over queue.max_backlog and resumes below it', async () => {
+    const up = new ScriptedUpstream([ev(1, 'job_updated', '7')], { [url('7')]: job('7') });
+    const p = start(up, {}, 10, 11);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(up.requests).toHaveLength(0);
+    p.queue.backlog = 0;
+    await waitFor(() => p.queue.changes.length === 1, 5000, 'change after the pause');
+  });
+});
