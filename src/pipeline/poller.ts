@@ -190,7 +190,9 @@ async function pollOnce(
     eventTypes: changes.map((c) => c.event_type),
     lastEventTimestamp: lastEventAt !== undefined ? lastEventAt / 1000 : undefined,
     enqueued,
-    gone: outcomes.filter((o) => o.state === 'gone').length,
+    // Subjects that answered 404, not changes: several events of a page may share one gone subject
+    // (fetched once), and feedsync_subject_gone_total counts what the upstream answered.
+    gone: new Set(fresh.filter((_, i) => outcomes[i]!.state === 'gone').map((e) => e.subject_link)).size,
   });
   if (changes.length) logger.debug({ cursor: next.cursor, changes: changes.length }, 'page committed');
   return { position: next, pageSize: listed.length, full, lastEventAt };

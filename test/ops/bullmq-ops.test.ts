@@ -1,0 +1,167 @@
+// status, cursor and dlq with the BullMQ driver: a real redis-server, a `feedsync poll` child
+// (nobody delivering, so changes pile up and the sources fall behind), then a `feedsync run` child
+// with a sink that dead-letters some changes.
+import Database from 'better-sqlite3';
+import { existsSync, rmSync, writeFileSync } from 'node:fs';
+import { hostname } from 'node:os';
+import { join, resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
+import { rawConfig, readJsonl, tempDir, waitFor } from '../support/harness.js';
+import { startRedis, type RedisServer } from '../support/redis.js';
+import { killAllCli, runCli, spawnCli, writeConfig, type CliProcess } from './support/cli.js';
+import { exerciseDlq, linesOf } from './support/dlq-flow.js';
+
+const BACKLOG = 1500; // far more than the poller commits before back-pressure stops it
+const EVERY = 7;
+const SERVICES = ['scheduling', 'workflow'] as const;
+
+interface StatusJson {
+  sources: { source: string; cursor: number | null; state: string; last_successful_poll_at: string | null }[];
+  sinks: { sink: string; queued: number; in_flight: number; delayed: number; dead: number }[];
+}
+
+const dir = tempDir('feedsync-ops-bullmq-');
+const flag = join(dir, 'refuse');
+let sandbox: Sandbox;
+let redis: RedisServer;
+const procs: CliProcess[] = [];
+
+function config(name: string, extra: { queue: Record<string, unknown>; startFrom?: Record<string, number> }) {
+  const raw = rawConfig(sandbox, dir, {
+    queue: { driver: 'bullmq', redis_url: redis.url, prefix: name, ...extra.queue },
+    sinks: [
+      { name: 'file', type: 'jsonl', path: join(dir, `${name}.jsonl`) },
+      {
+        name: 'picky',
+        type: 'module',
+        module: resolve(import.meta.dirname, 'support/refusing-sink.mjs'),
+        options: { path: join(dir, `${name}-picky.txt`), refuse_flag: flag, every: EVERY },
+      },
+    ],
+  });
+  raw.store = { path: join(dir, `${name}.db`) };
+  raw.log = { level: 'info' };
+  if (extra.startFrom)
+    for (const s of raw.sources as Record<string, unknown>[])
+      s.start_from = extra.startFrom[s.name as string];
+  const file = writeConfig(dir, raw, `${name}.yaml`);
+  return { file, cli: (...args: string[]) => runCli(['--config', file, ...args]) };
+}
+
+beforeAll(async () => {
+  [sandbox, redis] = await Promise.all([startSandbox({ seed: 12, backlog: BACKLOG, rate: 0 }), startRedis()]);
+});
+
+afterAll(async () => {
+  await Promise.all(procs.map((p) => p.stop()));
+  await killAllCli();
+  await sandbox?.close();
+  await redis?.stop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe('feedsync poll (bullmq, no workers)', () => {
+  let a: ReturnType<typeof config>;
+  let poller: CliProcess;
+  beforeAll(() => {
+    a = config('opsA', { queue: { max_backlog: 10 } });
+    poller = spawnCli(['--config', a.file, 'poll']);
+    procs.push(poller);
+  });
+
+  it('status --json: sources behind with a cursor, sinks with queued changes and nothing in flight', async () => {
+    // Watch the store directly (cheap) until both sources were polled into back-pressure, then ask
+    // the CLI once.
+    const storePath = join(dir, 'opsA.db');
+    await waitFor(
+      () => {
+        if (!existsSync(storePath)) return false;
+        const db = new Database(storePath, { readonly: true });
+        try {
+          const rows = db.prepare('SELECT behind FROM source_status').all() as { behind: number }[];
+          return rows.length === 2 && rows.every((r) => r.behind === 1);
+        } finally {
+          db.close();
+        }
+      },
+      30_000,
+      'both sources to be polled and behind',
+    );
+    const r = await a.cli('status', '--json');
+    expect(r.code, r.stderr).toBe(0);
+    const status = JSON.parse(r.stdout) as StatusJson;
+    expect(status.sources.map((s) => s.state)).toEqual(['behind', 'behind']);
+    for (const s of status.sources) {
+      const ids = sandbox.events(s.source as 'scheduling').map((e) => e.id);
+      expect(s.cursor).toBeGreaterThanOrEqual(Math.min(...ids) + 40);
+      expect(s.cursor).toBeLessThan(Math.max(...ids)); // stopped by back-pressure, not by the end
+    }
+    const file = status.sinks.find((s) => s.sink === 'file')!;
+    const picky = status.sinks.find((s) => s.sink === 'picky')!;
+    expect(file.queued).toBeGreaterThanOrEqual(2 * 47);
+    expect(file).toMatchObject({ in_flight: 0, delayed: 0, dead: 0 });
+    expect(picky).toEqual({ ...file, sink: 'picky' });
+
+    const text = await a.cli('status');
+    expect(text.stdout).toMatch(/^scheduling\s+\d+\s+behind/m);
+    expect(text.stdout).toMatch(new RegExp(`^file\\s+${file.queued}\\s+0\\s+0\\s+0\\s+0$`, 'm'));
+  });
+
+  it('cursor set / reset refuse with exit 1 naming the holder while the poller holds the Redis lock', async () => {
+    const [set, reset, unknown] = await Promise.all([
+      a.cli('cursor', 'set', 'scheduling', '3'),
+      a.cli('cursor', 'reset', 'workflow', '--to', 'latest'),
+      a.cli('cursor', 'set', 'nosuch', '3'),
+    ]);
+    for (const r of [set, reset]) {
+      expect(r.code).toBe(1);
+      expect(r.stderr).toContain(`${hostname()}:${poller.pid}`);
+    }
+    expect(unknown.code).toBe(2);
+  });
+
+  it('once the poller stopped, cursor set and reset work', async () => {
+    expect((await poller.stop()).code).toBe(0);
+    const set = await a.cli('cursor', 'set', 'scheduling', '3');
+    expect(set.code, set.stderr).toBe(0);
+    const latest = await a.cli('cursor', 'reset', 'workflow', '--to', 'latest');
+    expect(latest.code, latest.stderr).toBe(0);
+    const show = await a.cli('cursor', 'show');
+    const newest = Math.max(...sandbox.events('workflow').map((e) => e.id));
+    expect(show.stdout).toMatch(/^scheduling\t3$/m);
+    expect(show.stdout).toMatch(new RegExp(`^workflow\\t${newest}$`, 'm'));
+  });
+});
+
+describe('feedsync run (bullmq) with a sink that dead-letters', () => {
+  it('dlq list / drop / retry work on the failed sets and retried changes are delivered', async () => {
+    writeFileSync(flag, '');
+    // Start near the end of each feed so the run stays short.
+    const startFrom = Object.fromEntries(
+      SERVICES.map((s) => [s, Math.max(...sandbox.events(s).map((e) => e.id)) - 60]),
+    );
+    const b = config('opsB', { queue: { attempts: 3, backoff_ms: 20, max_backoff_ms: 100 }, startFrom });
+    const expected = SERVICES.flatMap((s) =>
+      sandbox
+        .events(s)
+        .filter((e) => e.id > startFrom[s]!)
+        .map((e) => `${s}:${e.id}`),
+    );
+    const refused = expected.filter((k) => Number(k.split(':')[1]) % EVERY === 0);
+    const run = spawnCli(['--config', b.file, 'run']);
+    procs.push(run);
+    const pickyPath = join(dir, 'opsB-picky.txt');
+    await waitFor(
+      () =>
+        readJsonl(join(dir, 'opsB.jsonl')).length >= expected.length &&
+        linesOf(pickyPath).length >= expected.length - refused.length,
+      30_000,
+      'the run child to deliver every change',
+    );
+    const status = JSON.parse((await b.cli('status', '--json')).stdout) as StatusJson;
+    expect(status.sinks.find((s) => s.sink === 'picky')!.dead).toBe(refused.length);
+    await exerciseDlq({ cli: b.cli, refused, pickyPath, flag });
+    expect((await run.stop()).code).toBe(0);
+  });
+});
