@@ -16,11 +16,19 @@ for (const [key, entry] of Object.entries(lock.packages)) {
     if (lock.packages[target] || lock.packages[nested]) continue;
     const m = platform.exec(name);
     if (!m) continue;
-    lock.packages[target] = { version, cpu: [m[2]], license: entry.license ?? 'UNKNOWN', optional: true, os: [m[1]] };
+    lock.packages[target] = {
+      version,
+      cpu: [m[2]],
+      license: entry.license ?? 'UNKNOWN',
+      optional: true,
+      os: [m[1]],
+    };
     added++;
   }
 }
-const sorted = Object.fromEntries(Object.entries(lock.packages).sort(([a], [b]) => (a === '' ? -1 : b === '' ? 1 : a < b ? -1 : 1)));
+const sorted = Object.fromEntries(
+  Object.entries(lock.packages).sort(([a], [b]) => (a === '' ? -1 : b === '' ? 1 : a < b ? -1 : 1)),
+);
 lock.packages = sorted;
 writeFileSync(path, `${JSON.stringify(lock, null, 2)}\n`);
 console.log(`complete-lockfile: added ${added} platform stub entr${added === 1 ? 'y' : 'ies'}`);

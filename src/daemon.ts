@@ -11,7 +11,7 @@ import { runPoller } from './pipeline/poller.js';
 import { createBullmqAdmin } from './queue/bullmq/admin.js';
 import { createBullmqDelivery } from './queue/bullmq/delivery.js';
 import { createBullmqProducer } from './queue/bullmq/producer.js';
-import { checkRedisPolicy, pingRedis } from './queue/bullmq/redis.js';
+import { assertRedisCredentials, checkRedisPolicy, pingRedis } from './queue/bullmq/redis.js';
 import { acquireSourceLock } from './queue/bullmq/source-lock.js';
 import { createLocalQueue } from './queue/local/index.js';
 import type { ChangeQueue, DeliveryRunner, QueueAdmin, SinkRuntime } from './queue/queue.js';
@@ -82,6 +82,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     let admin: QueueAdmin;
     if (bullmq) {
       const redisUrl = config.queue.redis_url!;
+      await assertRedisCredentials(redisUrl, logger);
       await checkRedisPolicy(redisUrl, logger);
       const bAdmin = createBullmqAdmin({ queue: config.queue, sinkNames: sinkSpecs.map((s) => s.name) });
       release.add('queue admin', () => bAdmin.close());

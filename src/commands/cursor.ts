@@ -14,7 +14,7 @@ export async function cursorCommand(
   args: { source?: string; id?: string; to?: string },
   out: (s: string) => void,
 ): Promise<void> {
-  const ops = openOps(config);
+  const ops = await openOps(config);
   try {
     if (action === 'show') {
       for (const s of ops.cursors.status(config.sources.map((x) => x.name)))

@@ -6,8 +6,19 @@ import { loadForCommand, type GlobalOptions } from './context.js';
 /** `feedsync run | poll | work`: start, then stop gracefully on the first SIGTERM/SIGINT. */
 export async function daemonCommand(mode: DaemonMode, opts: GlobalOptions): Promise<void> {
   const { loaded, logger } = loadForCommand(opts);
-  const daemon = await startDaemon({ config: loaded.config, configDir: loaded.dir, mode, logger, version });
-  handleShutdownSignals(() => withDeadline(daemon.stop(), loaded.config.shutdown_timeout_ms + 2000), logger);
+  const budget = loaded.config.shutdown_timeout_ms + 2000;
+  const starting = startDaemon({ config: loaded.config, configDir: loaded.dir, mode, logger, version });
+  // Signals are handled from the first moment: a SIGTERM while starting (e.g. waiting for Redis)
+  // waits for start-up within the budget, then stops what was started.
+  handleShutdownSignals(
+    () =>
+      withDeadline(
+        starting.then((daemon) => daemon.stop()),
+        budget,
+      ),
+    logger,
+  );
+  await starting;
 }
 
 function withDeadline(p: Promise<void>, ms: number): Promise<void> {

@@ -8,7 +8,7 @@ export async function dlqCommand(
   filter: { sink?: string; key?: string; json?: boolean; limit?: number },
   out: (s: string) => void,
 ): Promise<void> {
-  const ops = openOps(config);
+  const ops = await openOps(config);
   try {
     const f = { sink: filter.sink, key: filter.key };
     if (action === 'list') {

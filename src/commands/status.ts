@@ -9,7 +9,7 @@ export async function statusCommand(
   json: boolean,
   out: (s: string) => void,
 ): Promise<void> {
-  const ops = openOps(config);
+  const ops = await openOps(config);
   try {
     const sources = ops.cursors.status(config.sources.map((s) => s.name));
     const sinks = await ops.admin.counts();

@@ -17,7 +17,16 @@ export type DigestVerdict = { ok: true } | { ok: false; stale: boolean; reason: 
 interface NonceState {
   issuedAt: number;
   highestNc: number;
+  /** nc values seen within the replay window below highestNc. */
+  seen: Set<number>;
 }
+
+/**
+ * Concurrent requests on one nonce reach the server in any order, so a strictly increasing nc
+ * would reject honest clients. Like an IPsec anti-replay window: an nc is accepted once, and only
+ * if it is not more than this far below the highest one seen.
+ */
+const REPLAY_WINDOW = 1024;
 
 const REQUIRED = ['username', 'realm', 'nonce', 'uri', 'response', 'qop', 'nc', 'cnonce', 'opaque'] as const;
 
@@ -35,7 +44,7 @@ export class DigestGuard {
   challenge(stale = false): string {
     this.sweep();
     const nonce = randomBytes(16).toString('hex');
-    this.nonces.set(nonce, { issuedAt: this.now(), highestNc: 0 });
+    this.nonces.set(nonce, { issuedAt: this.now(), highestNc: 0, seen: new Set() });
     const { realm, algorithm } = this.opts;
     return (
       `Digest realm="${realm}", qop="auth", algorithm=${algorithm}, nonce="${nonce}", opaque="${this.opaque}"` +
@@ -75,8 +84,13 @@ export class DigestGuard {
       return { ok: false, stale: true, reason: 'nonce expired' };
     }
     const nc = parseInt(p.nc as string, 16);
-    if (nc <= state.highestNc) return fail('nc replayed');
-    state.highestNc = nc;
+    if (state.seen.has(nc) || nc <= state.highestNc - REPLAY_WINDOW) return fail('nc replayed');
+    state.seen.add(nc);
+    if (nc > state.highestNc) {
+      state.highestNc = nc;
+      if (state.seen.size > 2 * REPLAY_WINDOW)
+        for (const old of state.seen) if (old <= nc - REPLAY_WINDOW) state.seen.delete(old);
+    }
     return { ok: true };
   }
 

@@ -30,6 +30,12 @@ export function openStore(path: string): Db {
     db.pragma('synchronous = NORMAL');
     db.pragma('foreign_keys = ON');
     migrate(db);
+    // A full or read-only disk must fail here, naming the store, not later as an unexplained
+    // error inside a running poller: commit one real write (the header page) to prove the store
+    // takes writes now.
+    db.transaction(() =>
+      db.pragma(`user_version = ${db.pragma('user_version', { simple: true }) as number}`),
+    )();
   } catch (err) {
     if (err instanceof StoreError) throw err;
     throw new StoreError(abs, `cannot open or write (${(err as Error).message})`);

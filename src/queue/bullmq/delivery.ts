@@ -187,6 +187,11 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
           limiter: UNLIMITED,
           // A stall (process killed mid-delivery) counts like a failed attempt.
           maxStalledCount: config.attempts,
+          // A killed worker's job blocks its whole shard (global concurrency 1) until it is found
+          // stalled: lock 10 s (renewed every 5 s while a delivery runs) and a check every 5 s
+          // bound that to ~15 s instead of BullMQ's default 30 + 30 s.
+          lockDuration: 10_000,
+          stalledInterval: 5_000,
         });
         worker.on('error', (err: Error) =>
           logger.warn({ queue: name, err: errorMessage(err) }, 'worker error'),

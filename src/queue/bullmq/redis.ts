@@ -1,6 +1,7 @@
 // Redis connections for the BullMQ driver. Each role gets the ioredis options its failure mode
 // needs, and nothing here ever prints the URL with its password.
 import { Redis, type RedisOptions } from 'ioredis';
+import { connect as netConnect } from 'node:net';
 import type { Logger } from 'pino';
 import type { QueueConfig } from '../../config/types.js';
 import { FeedsyncError, errorMessage } from '../../errors.js';
@@ -158,4 +159,49 @@ async function readPolicy(client: Redis, logger: Logger): Promise<string | undef
     );
   }
   return policy;
+}
+
+const AUTH_REJECTED = /WRONGPASS|NOAUTH|invalid password|invalid username/i;
+
+/**
+ * Wrong Redis credentials never fix themselves: fail start-up with a clear error instead of
+ * reconnecting forever. An unreachable Redis is not an error here (it may come up later; /readyz
+ * reports it meanwhile).
+ */
+export async function assertRedisCredentials(url: string, logger: Logger, timeoutMs = 5_000): Promise<void> {
+  const parsed = parseRedisUrl(url);
+  // rediss: ioredis' own handshake reports it; a plain socket cannot speak TLS.
+  if (!parsed.password || parsed.protocol === 'rediss:') return;
+  // One raw AUTH over RESP: ioredis retries a refused AUTH forever and reports it only as a
+  // closed connection, which is exactly what start-up must not do.
+  const args = [
+    'AUTH',
+    ...(parsed.username ? [decodeURIComponent(parsed.username)] : []),
+    decodeURIComponent(parsed.password),
+  ];
+  const command = `*${args.length}\r\n${args.map((a) => `$${Buffer.byteLength(a)}\r\n${a}\r\n`).join('')}`;
+  let reply: string;
+  try {
+    reply = await new Promise<string>((resolve, reject) => {
+      const socket = netConnect({ host: parsed.hostname, port: Number(parsed.port || 6379) });
+      socket.setTimeout(timeoutMs, () => socket.destroy(new Error(`no answer within ${timeoutMs} ms`)));
+      socket.once('error', reject);
+      socket.once('connect', () => socket.write(command));
+      socket.once('data', (data: Buffer) => {
+        resolve(data.toString('utf8').split('\r\n')[0]!);
+        socket.end();
+      });
+    });
+  } catch (err) {
+    logger.warn(
+      { redis: redactRedisUrl(url), err: errorMessage(err) },
+      'redis not reachable at start-up; waiting for it',
+    );
+    return;
+  }
+  if (reply.startsWith('-') && AUTH_REJECTED.test(reply))
+    throw new FeedsyncError(
+      `queue.redis_url: Redis at ${redactRedisUrl(url)} rejected the credentials (${reply.slice(1)})`,
+      false,
+    );
 }

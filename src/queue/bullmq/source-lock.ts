@@ -44,6 +44,8 @@ export async function acquireSourceLock(opts: SourceLockOptions): Promise<Source
   const client = createRedisConnection(opts.redisUrl, 'lock', opts.logger);
   let announcedHolder: string | undefined;
   try {
+    // The lock connection does not queue commands while connecting: wait for it once, quietly.
+    await waitReady(client, 5_000);
     for (;;) {
       if (opts.signal?.aborted) {
         throw new FeedsyncError(`gave up waiting for the lock of source ${opts.source}: aborted`, false);
@@ -132,4 +134,17 @@ export async function readSourceLockOwner(
   } finally {
     await closeRedis(client);
   }
+}
+
+function waitReady(client: Redis, timeoutMs: number): Promise<void> {
+  if (client.status === 'ready') return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      client.off('ready', done);
+      resolve();
+    };
+    const timer = setTimeout(done, timeoutMs);
+    client.once('ready', done);
+  });
 }

@@ -163,12 +163,15 @@ export class LocalDelivery implements DeliveryRunner {
       if (changes.length === 1 || !runtime.sink.deliverBatch) await runtime.sink.deliver(changes[0]!);
       else await runtime.sink.deliverBatch(changes);
     } catch (err) {
-      this.failed(runtime, rows, err, (performance.now() - started) / 1000);
+      this.record(runtime, rows, () => this.failed(runtime, rows, err, (performance.now() - started) / 1000));
       return true;
     }
-    this.db.transaction(() => {
-      for (const r of rows) this.ack.run(r.id);
-    })();
+    // If the store cannot take the acknowledgement (disk full), the rows stay queued and are
+    // delivered again later: the sinks drop the duplicate by key.
+    if (
+      !this.record(runtime, rows, () => this.db.transaction(() => rows.forEach((r) => this.ack.run(r.id)))())
+    )
+      return true;
     this.backlog.add(runtime.name, -rows.length);
     const now = Date.now();
     const durationSeconds = (performance.now() - started) / 1000;
@@ -181,6 +184,20 @@ export class LocalDelivery implements DeliveryRunner {
         key: rows[i]!.key,
       });
     return false;
+  }
+
+  /** Run a store write about delivered rows; a store that cannot take it is logged, never fatal. */
+  private record(runtime: SinkRuntime, rows: Row[], write: () => void): boolean {
+    try {
+      write();
+      return true;
+    } catch (err) {
+      this.logger.error(
+        { sink: runtime.name, keys: rows.length, err: errorMessage(err) },
+        'cannot record a delivery outcome in the store; the changes stay queued',
+      );
+      return false;
+    }
   }
 
   private failed(runtime: SinkRuntime, rows: Row[], err: unknown, durationSeconds: number): void {

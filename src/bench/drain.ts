@@ -1,0 +1,129 @@
+// One drain run: feedsync (`run`, or `poll` + 2× `work` on BullMQ) as child processes against a
+// sandbox holding a backlog, timed from spawn until the jsonl sink holds a line for every key.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { stringify } from 'yaml';
+import type { SandboxEvent, ServiceName } from '../sandbox/types.js';
+import { serviceCounts, type SandboxControl } from './control.js';
+import { JsonlTail } from './jsonl-tail.js';
+import { spawnChild, type Child, type SandboxInfo } from './procs.js';
+
+export type DrainMode = 'local' | 'bullmq';
+
+export interface DrainOptions {
+  mode: DrainMode;
+  services: ServiceName[];
+  info: SandboxInfo;
+  control: SandboxControl;
+  /** Every event of each service that must reach the sink. */
+  events: Record<string, SandboxEvent[]>;
+  dir: string;
+  redisUrl?: string;
+  timeoutMs: number;
+  pollIntervalMs?: number;
+  /** Extra node flags for the feedsync processes (e.g. --cpu-prof). */
+  nodeArgs?: string[];
+  /** Extra sinks (e.g. the latency sink) beside the jsonl one. */
+  extraSinks?: Record<string, unknown>[];
+}
+
+export interface ServiceDrain {
+  service: ServiceName;
+  events: number;
+  requests: number;
+  unauthorized: number;
+}
+
+export interface DrainResult {
+  mode: DrainMode;
+  seconds: number;
+  complete: boolean;
+  missing: number;
+  lines: number;
+  perService: ServiceDrain[];
+  /** Peak RSS (bytes) per feedsync process, by role. */
+  peakRss: { role: string; bytes: number }[];
+  /** Last output of each process (warnings and errors), for diagnosis; not part of the results. */
+  output: Record<string, string>;
+}
+
+export function writeConfig(opts: DrainOptions, jsonlPath: string): string {
+  const config = {
+    shutdown_timeout_ms: 10_000,
+    store: { path: join(opts.dir, 'feedsync.db') },
+    queue:
+      opts.mode === 'bullmq'
+        ? { driver: 'bullmq', redis_url: opts.redisUrl, prefix: `bench${Date.now()}` }
+        : { driver: 'local' },
+    sources: opts.services.map((service) => ({
+      name: service,
+      service,
+      base_url: service === 'scheduling' ? opts.info.scheduling_base_url : opts.info.workflow_base_url,
+      username: opts.info.username,
+      password: opts.info.password,
+      format: 'json',
+      start_from: 'earliest',
+      poll_interval_ms: opts.pollIntervalMs ?? 1000,
+    })),
+    sinks: [{ name: 'file', type: 'jsonl', path: jsonlPath }, ...(opts.extraSinks ?? [])],
+    http: { host: '127.0.0.1', port: 0 },
+    log: { level: 'warn' },
+  };
+  const path = join(opts.dir, 'feedsync.yaml');
+  writeFileSync(path, stringify(config));
+  return path;
+}
+
+export function startFeedsync(opts: DrainOptions, configPath: string): { role: string; child: Child }[] {
+  const spawnRole = (cmd: string) =>
+    spawnChild([cmd, '--config', configPath], { nodeArgs: opts.nodeArgs ?? [], cwd: opts.dir });
+  return opts.mode === 'local'
+    ? [{ role: 'run', child: spawnRole('run') }]
+    : [
+        { role: 'poll', child: spawnRole('poll') },
+        { role: 'work-1', child: spawnRole('work') },
+        { role: 'work-2', child: spawnRole('work') },
+      ];
+}
+
+export async function runDrain(opts: DrainOptions): Promise<DrainResult> {
+  mkdirSync(opts.dir, { recursive: true });
+  const jsonlPath = join(opts.dir, 'changes.jsonl');
+  const configPath = writeConfig(opts, jsonlPath);
+  const keys = opts.services.flatMap((s) => (opts.events[s] ?? []).map((e) => `${s}:${e.id}`));
+  const tail = new JsonlTail(jsonlPath, keys);
+  await opts.control.resetStats();
+  const started = performance.now();
+  const procs = startFeedsync(opts, configPath);
+  let seconds = 0;
+  try {
+    const deadline = Date.now() + opts.timeoutMs;
+    while (tail.poll() > 0 && Date.now() < deadline) {
+      for (const p of procs) {
+        if (p.child.proc.exitCode !== null)
+          throw new Error(`feedsync ${p.role} exited with ${p.child.proc.exitCode}: ${p.child.output()}`);
+      }
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    seconds = (performance.now() - started) / 1000;
+  } finally {
+    // RSS is sampled before SIGTERM inside stop(); the processes stop together.
+    await Promise.all(procs.map((p) => p.child.stop()));
+    tail.close();
+  }
+  const stats = await opts.control.stats();
+  return {
+    mode: opts.mode,
+    seconds,
+    complete: tail.missingCount === 0,
+    missing: tail.missingCount,
+    lines: tail.lines,
+    perService: opts.services.map((service) => ({
+      service,
+      events: opts.events[service]?.length ?? 0,
+      ...serviceCounts(stats, service),
+    })),
+    peakRss: procs.map((p) => ({ role: p.role, bytes: p.child.peakRss() })),
+    output: Object.fromEntries(procs.map((p) => [p.role, p.child.output()])),
+  };
+}

@@ -1,0 +1,211 @@
+// Turns the measurements into derived figures, checks them against the issue's targets and renders
+// the table printed at the end of `npm run bench`.
+import type { BareBullmqResult } from './bare-bullmq.js';
+import type { DrainResult } from './drain.js';
+import type { LatencyResult } from './latency.js';
+import type { RawResult } from './raw-limit.js';
+
+export interface TargetCheck {
+  target: string;
+  figure: string;
+  met: boolean;
+}
+
+export interface BenchReport {
+  generated_at: string;
+  command: string;
+  config: Record<string, unknown>;
+  machine: Record<string, string>;
+  plans: Record<string, { events: number; feed_pages: number; subject_gets: number; requests: number }>;
+  raw: RawResult[];
+  drains: Omit<DrainResult, 'output'>[];
+  bare_bullmq: BareBullmqResult | null;
+  latency: LatencyResult;
+  memory: Omit<DrainResult, 'output'>[];
+  errors: string[];
+  targets: TargetCheck[];
+  total_seconds: number;
+}
+
+/** The sandbox's default digest nonce lifetime (src/sandbox/types.ts). */
+const NONCE_TTL_S = 60;
+const MB = 1024 * 1024;
+
+export interface DrainRow {
+  mode: string;
+  service: string;
+  events: number;
+  seconds: number;
+  eventsPerSecond: number;
+  rawEventsPerSecond: number;
+  ratio: number;
+  requestsPerEvent: number;
+  unauthorizedPer1000: number;
+  unauthorizedPerNonceLifetime: number;
+  peakRssMb: string;
+  complete: boolean;
+}
+
+export function drainRows(r: Pick<BenchReport, 'drains' | 'raw'>): DrainRow[] {
+  return r.drains.flatMap((d) =>
+    d.perService.map((s) => {
+      const raw = r.raw.find((x) => x.service === s.service);
+      const eps = s.events / d.seconds;
+      return {
+        mode: d.mode,
+        service: s.service,
+        events: s.events,
+        seconds: d.seconds,
+        eventsPerSecond: eps,
+        rawEventsPerSecond: raw?.eventsPerSecond ?? Number.NaN,
+        ratio: raw ? eps / raw.eventsPerSecond : Number.NaN,
+        requestsPerEvent: s.requests / s.events,
+        unauthorizedPer1000: (1000 * s.unauthorized) / Math.max(1, s.requests),
+        unauthorizedPerNonceLifetime: s.unauthorized / Math.max(1, Math.ceil(d.seconds / NONCE_TTL_S)),
+        peakRssMb: d.peakRss.map((p) => `${p.role} ${(p.bytes / MB).toFixed(0)}`).join(', '),
+        complete: d.complete,
+      };
+    }),
+  );
+}
+
+export function evaluate(r: BenchReport): TargetCheck[] {
+  const checks: TargetCheck[] = [];
+  for (const row of drainRows(r)) {
+    const tag = `${row.mode} ${row.service}`;
+    checks.push({
+      target: `${tag}: drain >= 0.8x raw limit`,
+      figure: `${row.ratio.toFixed(2)}x (${row.eventsPerSecond.toFixed(0)} / ${row.rawEventsPerSecond.toFixed(0)} ev/s)${row.complete ? '' : ' INCOMPLETE'}`,
+      met: row.complete && row.ratio >= 0.8,
+    });
+    const maxRpe = row.service === 'workflow' ? 1.02 : 0.021;
+    checks.push({
+      target: `${tag}: <= ${maxRpe} upstream requests per event`,
+      figure: row.requestsPerEvent.toFixed(3),
+      met: row.requestsPerEvent <= maxRpe,
+    });
+    checks.push({
+      target: `${tag}: <= 1 digest 401 per nonce lifetime (${NONCE_TTL_S} s)`,
+      figure: `${row.unauthorizedPerNonceLifetime.toFixed(1)} (${row.unauthorizedPer1000.toFixed(1)} per 1000 requests)`,
+      met: row.unauthorizedPerNonceLifetime <= 1,
+    });
+  }
+  const peak = (d: Omit<DrainResult, 'output'>): number => Math.max(...d.peakRss.map((p) => p.bytes));
+  const small = r.memory[0];
+  const large = r.memory.at(-1);
+  if (large) {
+    const events = large.perService.reduce((a, s) => a + s.events, 0) / large.perService.length;
+    checks.push({
+      target: `local peak RSS <= 150 MB at a ${events} backlog`,
+      figure: `${(peak(large) / MB).toFixed(0)} MB${large.complete ? '' : ' (drain INCOMPLETE)'}`,
+      met: peak(large) <= 150 * MB,
+    });
+  }
+  if (small && large && small !== large) {
+    const growth = peak(large) / peak(small) - 1;
+    checks.push({
+      target: 'local peak RSS flat within 10% between the smallest and largest backlog',
+      figure: `${(peak(small) / MB).toFixed(0)} -> ${(peak(large) / MB).toFixed(0)} MB (${(growth * 100).toFixed(1)}%)`,
+      met: growth <= 0.1,
+    });
+  }
+  const l = r.latency;
+  checks.push({
+    target: `live p99 <= poll_interval_ms + 100 (${l.pollIntervalMs + 100} ms)`,
+    figure: `p99 ${l.p99Ms} ms (p50 ${l.p50Ms} ms, ${l.samples} samples)`,
+    met: l.samples > 0 && l.p99Ms <= l.pollIntervalMs + 100,
+  });
+  return checks;
+}
+
+function table(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: string[]) => `| ${cells.map((c, i) => c.padEnd(widths[i]!)).join(' | ')} |`;
+  return [line(header), `|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`, ...rows.map(line)].join('\n');
+}
+
+export function renderTable(r: BenchReport): string {
+  const parts: string[] = [];
+  parts.push(
+    `Machine: ${r.machine.nproc} CPUs (${r.machine.cpu_model}), node ${r.machine.node}, ${(Number(r.machine.total_mem_bytes) / 2 ** 30).toFixed(1)} GiB RAM`,
+  );
+  parts.push('\nDrain (backlog per service; one source per run)\n');
+  parts.push(
+    table(
+      [
+        'mode',
+        'service',
+        'events',
+        's',
+        'events/s',
+        'raw ev/s',
+        'ratio',
+        'req/event',
+        '401/1000 req',
+        '401/nonce life',
+        'peak RSS MB',
+      ],
+      drainRows(r).map((d) => [
+        d.mode,
+        d.service,
+        String(d.events),
+        d.seconds.toFixed(1),
+        d.eventsPerSecond.toFixed(0),
+        d.rawEventsPerSecond.toFixed(0),
+        d.ratio.toFixed(2),
+        d.requestsPerEvent.toFixed(3),
+        d.unauthorizedPer1000.toFixed(1),
+        d.unauthorizedPerNonceLifetime.toFixed(1),
+        d.peakRssMb + (d.complete ? '' : ' INCOMPLETE'),
+      ]),
+    ),
+  );
+  parts.push('\nRaw limit (same requests, concurrent keep-alive client, same digest code)\n');
+  parts.push(
+    table(
+      ['service', 'requests', 'events', 's', 'events/s', 'req/s', '401s'],
+      r.raw.map((x) => [
+        x.service,
+        String(x.requests),
+        String(x.events),
+        x.seconds.toFixed(1),
+        x.eventsPerSecond.toFixed(0),
+        x.requestsPerSecond.toFixed(0),
+        String(x.unauthorized),
+      ]),
+    ),
+  );
+  if (r.bare_bullmq) {
+    const b = r.bare_bullmq;
+    parts.push(
+      `\nBare BullMQ: ${b.jobs} no-op jobs, ${b.workers} workers x concurrency ${b.concurrency}: add ${b.addPerSecond.toFixed(0)} jobs/s, process ${b.processPerSecond.toFixed(0)} jobs/s`,
+    );
+  }
+  const l = r.latency;
+  parts.push(
+    `\nLive latency (${l.ratePerService} events/s per service, poll_interval_ms ${l.pollIntervalMs}, ${l.windowSeconds} s window): p50 ${l.p50Ms} ms, p99 ${l.p99Ms} ms, max ${l.maxMs} ms, ${l.samples} samples`,
+  );
+  parts.push('\nMemory (local run, both services)\n');
+  parts.push(
+    table(
+      ['backlog/service', 'events', 's', 'peak RSS MB', 'complete'],
+      r.memory.map((m) => [
+        String(m.perService[0]?.events ?? 0),
+        String(m.perService.reduce((a, s) => a + s.events, 0)),
+        m.seconds.toFixed(1),
+        (Math.max(...m.peakRss.map((p) => p.bytes)) / MB).toFixed(0),
+        String(m.complete),
+      ]),
+    ),
+  );
+  parts.push('\nTargets\n');
+  parts.push(
+    table(
+      ['target', 'figure', 'met'],
+      r.targets.map((t) => [t.target, t.figure, t.met ? 'yes' : 'NO']),
+    ),
+  );
+  if (r.errors.length) parts.push(`\nErrors: ${r.errors.join('; ')}`);
+  parts.push(`\nTotal ${r.total_seconds.toFixed(0)} s\n`);
+  return parts.join('\n');
+}

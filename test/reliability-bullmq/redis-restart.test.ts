@@ -1,0 +1,107 @@
+// Redis goes away and comes back mid-run (appendonly yes, so the queue survives the restart): the
+// `poll` and `work` processes ride it out without exiting, and every change is delivered after.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
+import { tempDir } from '../support/harness.js';
+import { killAllCli, spawnCli, writeConfig } from '../support/process.js';
+import { startRedis, type RedisServer } from '../support/redis.js';
+import {
+  bullmqConfig,
+  eventually,
+  missingKeys,
+  progressTrace,
+  readJsonlFiles,
+  sandboxKeys,
+  seededRandom,
+  seedNote,
+  sleep,
+  stopGracefully,
+  testSeed,
+  waitStarted,
+} from './support.js';
+
+const BACKLOG = 800;
+const SHUTDOWN_MS = 5000;
+const seed = testSeed();
+const note = seedNote(seed);
+
+describe(`bullmq: redis restart mid-run ${note}`, () => {
+  let sandbox: Sandbox;
+  let redis: RedisServer;
+  const dir = tempDir('feedsync-rb-redis-');
+
+  beforeAll(async () => {
+    redis = await startRedis({ appendonly: true });
+    sandbox = await startSandbox({ seed, backlog: BACKLOG });
+  });
+  afterAll(async () => {
+    await killAllCli();
+    await sandbox?.close();
+    await redis?.stop();
+  });
+
+  it('loses nothing and no process crashes', { timeout: 150_000 }, async () => {
+    const random = seededRandom(seed);
+    const configPath = writeConfig(
+      dir,
+      bullmqConfig(sandbox, dir, redis.url, {
+        shutdownTimeoutMs: SHUTDOWN_MS,
+        sinks: [{ name: 'file', type: 'jsonl', path: './changes-${WORKER_ID}.jsonl' }],
+      }),
+    );
+    const start = (mode: 'poll' | 'work', id: string) =>
+      spawnCli([mode], {
+        config: configPath,
+        env: { WORKER_ID: id },
+        echo: process.env.RB_ECHO ? `[${id}]` : undefined,
+      });
+    const procs = [start('poll', 'poll'), start('work', 'a'), start('work', 'b')];
+    await waitStarted(...procs);
+
+    const expected = sandboxKeys(sandbox);
+    const delivered = () => new Set(readJsonlFiles(dir, 'changes-').map((c) => c.key)).size;
+    const trace = progressTrace(() => `delivered ${delivered()}`);
+    // Restart while both sides are busy: the poller still queueing, the workers delivering.
+    const restartAt = Math.floor(expected.length * (0.05 + 0.25 * random()));
+    await eventually(() => delivered() >= restartAt, 60_000, `${restartAt} keys delivered ${note}`);
+    const outageLogs = (): number =>
+      procs
+        .flatMap((p) => p.logs())
+        .filter(
+          (e) => Number(e.level) >= 40 && /ECONNRESET|ECONNREFUSED|closed|writeable/i.test(String(e.err)),
+        ).length;
+    const logsBefore = outageLogs();
+    await redis.restart();
+    const afterRestart = delivered();
+    // A few more events appear while the processes reconnect: polled after the outage.
+    sandbox.generate('scheduling', 20);
+    sandbox.generate('workflow', 20);
+    const all = sandboxKeys(sandbox);
+
+    await eventually(
+      () => missingKeys(all, readJsonlFiles(dir, 'changes-')).length === 0,
+      110_000,
+      `every key after the redis restart ${note}`,
+    ).catch((err: Error) => {
+      trace.stop();
+      const missing = missingKeys(all, readJsonlFiles(dir, 'changes-'));
+      const dead = procs.filter((p) => p.exit).map((p) => `${p.pid}: ${JSON.stringify(p.exit)}`);
+      throw new Error(
+        `${err.message}:\n${trace.text()}\n${missing.length} missing (e.g. ${missing.slice(0, 5).join(', ')}); exited: ${dead.join('; ') || 'none'}`,
+      );
+    });
+    trace.stop();
+    expect(afterRestart, `the restart happened mid-run ${note}`).toBeLessThan(expected.length);
+    // Nobody crashed or gave up meanwhile.
+    await sleep(200);
+    for (const p of procs) expect(p.exit, `process ${p.pid} still running ${note}`).toBeUndefined();
+    // Redis was really gone: the processes saw their connections drop after the restart.
+    expect(outageLogs(), `connection errors logged after the restart ${note}`).toBeGreaterThan(logsBefore);
+
+    const exits = await stopGracefully(procs, SHUTDOWN_MS);
+    for (const exit of exits) {
+      expect(exit, `graceful stop ${note}`).toMatchObject({ code: 0, signal: null });
+      expect(exit.ms, `stop time of ${exit.pid} ${note}`).toBeLessThanOrEqual(SHUTDOWN_MS + 1_000);
+    }
+  });
+});

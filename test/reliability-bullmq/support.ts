@@ -1,0 +1,238 @@
+// Shared pieces of the BullMQ process-level suites: a config per test (fresh queue prefix), a
+// seeded random source that failure messages name, and the oracles (keys delivered, mirror state).
+import Database from 'better-sqlite3';
+import { randomUUID } from 'node:crypto';
+import { existsSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { rawConfig, readJsonl, type SourceOverrides } from '../support/harness.js';
+import type { CliProcess, LogEntry } from '../support/process.js';
+import type { Change } from '../../src/pipeline/change.types.js';
+import type { Sandbox } from '../../src/sandbox/index.js';
+
+/** Replay a failing run with FEEDSYNC_RELIABILITY_SEED=<seed printed in the failure>. */
+export function testSeed(): number {
+  const fromEnv = process.env.FEEDSYNC_RELIABILITY_SEED;
+  if (fromEnv !== undefined && /^\d+$/.test(fromEnv)) return Number(fromEnv);
+  return Math.floor(Math.random() * 2 ** 31);
+}
+
+export function seedNote(seed: number): string {
+  return `(seed ${seed}; replay with FEEDSYNC_RELIABILITY_SEED=${seed})`;
+}
+
+/** mulberry32: small, fast and good enough to pick kill moments and latencies reproducibly. */
+export function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+export interface BullmqConfigOptions {
+  sinks: Record<string, unknown>[];
+  services?: ('scheduling' | 'workflow')[];
+  source?: SourceOverrides;
+  queue?: Record<string, unknown>;
+  shutdownTimeoutMs?: number;
+}
+
+/** A raw config for the sandbox on the bullmq driver, with a queue prefix no other test uses. */
+export function bullmqConfig(
+  sandbox: Sandbox,
+  dir: string,
+  redisUrl: string,
+  opts: BullmqConfigOptions,
+): Record<string, unknown> {
+  const base = rawConfig(sandbox, dir, {
+    services: opts.services,
+    source: opts.source,
+    sinks: opts.sinks,
+    queue: {
+      driver: 'bullmq',
+      redis_url: redisUrl,
+      prefix: `rb-${randomUUID().slice(0, 8)}`,
+      ...opts.queue,
+    },
+  });
+  return {
+    ...base,
+    shutdown_timeout_ms: opts.shutdownTimeoutMs ?? 5000,
+    // The suites wait for log lines (started, lock held/waiting), so info is needed.
+    log: { level: 'info' },
+  };
+}
+
+export const isStarted = (e: LogEntry): boolean => e.msg === 'feedsync started';
+
+export async function waitStarted(...procs: CliProcess[]): Promise<void> {
+  await Promise.all(procs.map((p) => p.waitForLog(isStarted, 20_000, `"feedsync started" of ${p.pid}`)));
+}
+
+/** Every key the sandbox produced, for both services, as `<service>:<id>` (source name = service). */
+export function sandboxKeys(
+  sandbox: Sandbox,
+  services: readonly ('scheduling' | 'workflow')[] = ['scheduling', 'workflow'],
+): string[] {
+  return services.flatMap((s) => sandbox.events(s).map((e) => `${s}:${e.id}`));
+}
+
+/** All changes in the jsonl files of `dir` whose names start with `prefix`. */
+export function readJsonlFiles(dir: string, prefix: string): Change[] {
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir)
+    .filter((f) => f.startsWith(prefix) && f.endsWith('.jsonl'))
+    .flatMap((f) => readJsonl(join(dir, f)));
+}
+
+export function missingKeys(expected: readonly string[], changes: readonly Change[]): string[] {
+  const seen = new Set(changes.map((c) => c.key));
+  return expected.filter((k) => !seen.has(k));
+}
+
+/** The cursor stored for `source`, or undefined; read-only, so it can run beside a live poller. */
+export function storedCursor(storePath: string, source: string): number | undefined {
+  if (!existsSync(storePath)) return undefined;
+  const db = new Database(storePath, { readonly: true, fileMustExist: true });
+  try {
+    db.pragma('busy_timeout = 2000');
+    const row = db.prepare('SELECT event_id FROM cursors WHERE source = ?').get(source) as
+      { event_id: number } | undefined;
+    return row?.event_id;
+  } catch {
+    // The poller may not have created the tables yet.
+    return undefined;
+  } finally {
+    db.close();
+  }
+}
+
+type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
+
+const ISO_WITH_ZONE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}(:?\d{2})?)$/;
+
+/** The contract's normalization of a JSON resource: zoned datetimes become UTC with ms and Z. */
+function normalized(value: Json): Json {
+  if (typeof value === 'string') return ISO_WITH_ZONE.test(value) ? new Date(value).toISOString() : value;
+  if (Array.isArray(value)) return value.map(normalized);
+  if (value !== null && typeof value === 'object')
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, normalized(v)]));
+  return value;
+}
+
+/**
+ * Differences between the mirror's live rows and the sandbox's live subjects: every live subject
+ * is a live row and vice versa; every field a mirror copy has equals the live resource's (the
+ * scheduling feed embeds subjects with fewer fields than a GET), and workflow subjects, fetched by
+ * GET, are equal as a whole. Returns at most `limit` problems.
+ */
+export function mirrorProblems(mirrorPath: string, sandbox: Sandbox, limit = 10): string[] {
+  const db = new Database(mirrorPath, { readonly: true, fileMustExist: true });
+  const rows = db.prepare('SELECT subject_url, service, subject FROM live_subjects').all() as {
+    subject_url: string;
+    service: string;
+    subject: string | null;
+  }[];
+  db.close();
+  const problems: string[] = [];
+  const mirror = new Map(rows.map((r) => [r.subject_url, r]));
+  for (const service of ['scheduling', 'workflow'] as const) {
+    for (const [url, resource] of Object.entries(sandbox.liveState(service))) {
+      const row = mirror.get(url);
+      mirror.delete(url);
+      if (!row) {
+        problems.push(`live ${service} subject ${url} is not a live row of the mirror`);
+        continue;
+      }
+      const want = normalized(resource as Json) as Record<string, Json>;
+      const got = JSON.parse(row.subject ?? 'null') as Record<string, Json> | null;
+      if (got === null) {
+        problems.push(`mirror row ${url} has no subject`);
+        continue;
+      }
+      if (service === 'workflow') {
+        if (JSON.stringify(sorted(got)) !== JSON.stringify(sorted(want)))
+          problems.push(`workflow ${url}: mirror ${JSON.stringify(got)} != live ${JSON.stringify(want)}`);
+        continue;
+      }
+      for (const [field, value] of Object.entries(got)) {
+        if (JSON.stringify(sorted(value)) !== JSON.stringify(sorted(want[field] ?? null)))
+          problems.push(
+            `scheduling ${url}.${field}: mirror ${JSON.stringify(value)} != live ${JSON.stringify(want[field])}`,
+          );
+      }
+    }
+  }
+  for (const url of mirror.keys()) problems.push(`mirror has a live row for ${url}, the sandbox does not`);
+  return problems.slice(0, limit);
+}
+
+function sorted(value: Json): Json {
+  if (Array.isArray(value)) return value.map(sorted);
+  if (value !== null && typeof value === 'object')
+    return Object.fromEntries(
+      Object.keys(value)
+        .sort()
+        .map((k) => [k, sorted(value[k]!)]),
+    );
+  return value;
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+/** SIGTERM each process and check the contract: exit 0 within shutdown_timeout_ms. */
+export async function stopGracefully(
+  procs: CliProcess[],
+  shutdownTimeoutMs: number,
+): Promise<{ pid: number; code: number | null; signal: string | null; ms: number }[]> {
+  return Promise.all(
+    procs.map(async (p) => {
+      const t0 = Date.now();
+      p.signal('SIGTERM');
+      const exit = await p.waitForExit(shutdownTimeoutMs + 5_000);
+      return { pid: p.pid, code: exit.code, signal: exit.signal, ms: Date.now() - t0 };
+    }),
+  );
+}
+
+/** Samples `describe()` every `everyMs` while a test runs; the lines go into failure messages. */
+export function progressTrace(describe: () => string, everyMs = 2_000): { stop(): void; text(): string } {
+  const t0 = Date.now();
+  const lines: string[] = [];
+  const sample = (): void => {
+    lines.push(`+${Date.now() - t0} ms ${describe()}`);
+    if (lines.length > 120) lines.splice(0, lines.length - 120);
+  };
+  const timer = setInterval(sample, everyMs);
+  return {
+    stop: () => clearInterval(timer),
+    text: () => {
+      sample();
+      return lines.join('\n');
+    },
+  };
+}
+
+/**
+ * Polls `check` every `everyMs` until it holds; bounded by `timeoutMs`. Slower than the harness's
+ * waitFor on purpose: these checks read whole output files, and the test process shares two cores
+ * with the processes under test.
+ */
+export async function eventually(
+  check: () => boolean | Promise<boolean>,
+  timeoutMs: number,
+  what: string,
+  everyMs = 250,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await check()) return;
+    if (Date.now() >= deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(everyMs);
+  }
+}
