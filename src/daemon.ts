@@ -8,12 +8,10 @@ import { createMetrics } from './observability/metrics.js';
 import { startHttpServer } from './observability/server.js';
 import { PipelineEvents } from './pipeline/events.js';
 import { runPoller } from './pipeline/poller.js';
-import { createBullmqAdmin } from './queue/bullmq/admin.js';
-import { createBullmqDelivery } from './queue/bullmq/delivery.js';
-import { createBullmqProducer } from './queue/bullmq/producer.js';
-import { assertRedisCredentials, checkRedisPolicy, pingRedis } from './queue/bullmq/redis.js';
-import { acquireSourceLock } from './queue/bullmq/source-lock.js';
 import { createLocalQueue } from './queue/local/index.js';
+
+// BullMQ and ioredis weigh ~30 MB: loaded only when queue.driver is bullmq.
+const loadBullmq = () => import('./queue/bullmq/index.js');
 import type { ChangeQueue, DeliveryRunner, QueueAdmin, SinkRuntime } from './queue/queue.js';
 import { Releasers } from './releasers.js';
 import { services } from './services/index.js';
@@ -80,7 +78,15 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     let producer: ChangeQueue | undefined;
     let delivery: DeliveryRunner | undefined;
     let admin: QueueAdmin;
-    if (bullmq) {
+    const bull = bullmq ? await loadBullmq() : undefined;
+    if (bull) {
+      const {
+        assertRedisCredentials,
+        checkRedisPolicy,
+        createBullmqAdmin,
+        createBullmqDelivery,
+        createBullmqProducer,
+      } = bull;
       const redisUrl = config.queue.redis_url!;
       await assertRedisCredentials(redisUrl, logger);
       await checkRedisPolicy(redisUrl, logger);
@@ -125,7 +131,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     release.add('metrics', () => metrics.close());
     const checks: Record<string, () => Promise<boolean> | boolean> = {};
     if (db) checks.store = () => db.open;
-    if (bullmq) checks.redis = () => pingRedis(config.queue.redis_url!, logger);
+    if (bull) checks.redis = () => bull.pingRedis(config.queue.redis_url!, logger);
     const readiness = createReadiness({
       events,
       sources: polls ? config.sources.map((s) => ({ name: s.name, pollIntervalMs: s.poll_interval_ms })) : [],
@@ -172,7 +178,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
             ? locks.acquire(source.name, signal, (holder) =>
                 log.warn({ holder }, 'source is polled by another process; waiting for its lock'),
               )
-            : acquireSourceLock({
+            : bull!.acquireSourceLock({
                 redisUrl: config.queue.redis_url!,
                 prefix: config.queue.prefix,
                 source: source.name,

@@ -1,8 +1,5 @@
 import type { FeedsyncConfig } from '../config/types.js';
 import { pino } from 'pino';
-import { createBullmqAdmin } from '../queue/bullmq/admin.js';
-import { assertRedisCredentials } from '../queue/bullmq/redis.js';
-import { readSourceLockOwner } from '../queue/bullmq/source-lock.js';
 import { LocalAdmin } from '../queue/local/admin.js';
 import type { QueueAdmin } from '../queue/queue.js';
 import { CursorStore } from '../store/cursors.js';
@@ -20,11 +17,12 @@ export interface OpsHandles {
 }
 
 export async function openOps(config: FeedsyncConfig): Promise<OpsHandles> {
-  if (config.queue.driver === 'bullmq')
-    await assertRedisCredentials(config.queue.redis_url!, pino({ level: 'silent' }));
   const db = openStore(config.store.path);
   const sinkNames = config.sinks.map((s) => s.name);
   if (config.queue.driver === 'bullmq') {
+    const { assertRedisCredentials, createBullmqAdmin, readSourceLockOwner } =
+      await import('../queue/bullmq/index.js');
+    await assertRedisCredentials(config.queue.redis_url!, pino({ level: 'silent' }));
     const admin = createBullmqAdmin({ queue: config.queue, sinkNames });
     return {
       db,

@@ -8,11 +8,37 @@ import { mapLimit } from './map-limit.js';
 
 export interface ExpandOptions {
   expandSubject: boolean;
+  /** Subject URLs already known to be deleted (they answered 404); updated here. */
+  gone: GoneSubjects;
   client: UpstreamClient;
   concurrency: number;
   signal: AbortSignal;
   logger: Logger;
   retry: { baseMs: number; maxMs: number };
+}
+
+/**
+ * Subject URLs known to be deleted upstream. A deleted resource never comes back at its URL, so
+ * the later events of a subject that answered 404 need no fetch of their own. Bounded: the oldest
+ * are forgotten first (forgetting only costs a fetch).
+ */
+export class GoneSubjects {
+  private readonly urls = new Set<string>();
+  constructor(private readonly capacity = 10_000) {}
+  has(url: string): boolean {
+    return this.urls.has(url);
+  }
+  add(url: string): void {
+    if (this.urls.has(url)) return;
+    this.urls.add(url);
+    if (this.urls.size > this.capacity) this.urls.delete(this.urls.values().next().value!);
+  }
+}
+
+export interface Expansion {
+  outcomes: SubjectOutcome[];
+  /** Distinct subject URLs that answered 404 in this page. */
+  notFound: number;
 }
 
 /** Thrown when expansion is interrupted by shutdown: the page is simply not committed. */
@@ -24,22 +50,34 @@ export class ExpansionAborted extends Error {}
  * `skipped` when expansion is off. A failing fetch is retried on its own until it succeeds; the
  * page waits for it rather than being refetched.
  */
-export async function expandSubjects(events: FeedEvent[], opts: ExpandOptions): Promise<SubjectOutcome[]> {
+export async function expandSubjects(events: FeedEvent[], opts: ExpandOptions): Promise<Expansion> {
   const toFetch = new Set<string>();
+  // A subject whose *_deleted event is on this page is gone: a GET could only answer 404.
+  const deletedHere = new Set(
+    events.filter((e) => e.event_type.endsWith('_deleted')).map((e) => e.subject_link),
+  );
   const decide = (e: FeedEvent): SubjectOutcome | string => {
     if (!opts.expandSubject || !e.subject_link) return { state: 'skipped', subject: null };
     if (e.event_type.endsWith('_deleted')) return { state: 'deleted', subject: null };
     if (e.subject) return { state: 'present', subject: e.subject };
+    if (deletedHere.has(e.subject_link) || opts.gone.has(e.subject_link))
+      return { state: 'gone', subject: null };
     return e.subject_link;
   };
   const decisions = events.map(decide);
   for (const d of decisions) if (typeof d === 'string') toFetch.add(d);
 
   const fetched = new Map<string, SubjectOutcome>();
+  let notFound = 0;
   await mapLimit([...toFetch], opts.concurrency, async (url) => {
-    fetched.set(url, await fetchSubject(url, opts));
+    const outcome = await fetchSubject(url, opts);
+    if (outcome.state === 'gone') {
+      notFound++;
+      opts.gone.add(url);
+    }
+    fetched.set(url, outcome);
   });
-  return decisions.map((d) => (typeof d === 'string' ? fetched.get(d)! : d));
+  return { outcomes: decisions.map((d) => (typeof d === 'string' ? fetched.get(d)! : d)), notFound };
 }
 
 async function fetchSubject(url: string, opts: ExpandOptions): Promise<SubjectOutcome> {

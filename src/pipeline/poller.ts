@@ -5,11 +5,11 @@ import { errorMessage, UpstreamAuthError } from '../errors.js';
 import type { ChangeQueue } from '../queue/queue.js';
 import type { ServiceAdapter } from '../services/adapter.js';
 import type { CursorStore } from '../store/cursors.js';
-import type { UpstreamClient } from '../upstream/client.js';
+import type { FetchResult, UpstreamClient } from '../upstream/client.js';
 import { buildChange, type FeedEvent } from './change.js';
 import { nextCursor, observedDisorder, PAGE_SIZE } from './cursor.js';
 import type { PipelineEvents } from './events.js';
-import { ExpansionAborted, expandSubjects } from './expand.js';
+import { ExpansionAborted, expandSubjects, GoneSubjects } from './expand.js';
 import { readFeedEvents } from './feed-page.js';
 
 export interface PollerDeps {
@@ -36,8 +36,10 @@ const ERROR_RETRY_MAX_MS = 60_000;
 export async function runPoller(deps: PollerDeps): Promise<void> {
   const { source, signal, logger } = deps;
   const unknownTypes = new Set<string>();
+  const gone = new GoneSubjects();
   let failures = 0;
   let position: { cursor: number; seenAbove: number[] } | undefined;
+  let prefetched: Prefetch | undefined;
 
   while (!signal.aborted) {
     const started = performance.now();
@@ -51,8 +53,9 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
         continue;
       }
       position ??= await startPosition(deps);
-      const result = await pollOnce(deps, position, unknownTypes);
+      const result = await pollOnce(deps, position, unknownTypes, gone, prefetched);
       position = result.position;
+      prefetched = result.prefetched;
       failures = 0;
       const durationSeconds = (performance.now() - started) / 1000;
       deps.events.emit('poll:finished', {
@@ -69,6 +72,7 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
       });
       if (!result.full) await sleep(source.poll_interval_ms, signal);
     } catch (err) {
+      prefetched = undefined;
       if (signal.aborted && (err instanceof ExpansionAborted || isAbort(err))) break;
       failures++;
       const durationSeconds = (performance.now() - started) / 1000;
@@ -107,8 +111,15 @@ function isAbort(err: unknown): boolean {
   );
 }
 
+/** The next page, requested while the current one is expanded and committed. */
+interface Prefetch {
+  url: string;
+  response: Promise<FetchResult>;
+}
+
 interface PollResult {
   position: { cursor: number; seenAbove: number[] };
+  prefetched?: Prefetch;
   pageSize: number;
   full: boolean;
   lastEventAt?: number;
@@ -118,10 +129,14 @@ async function pollOnce(
   deps: PollerDeps,
   position: { cursor: number; seenAbove: number[] },
   unknownTypes: Set<string>,
+  gone: GoneSubjects,
+  prefetched: Prefetch | undefined,
 ): Promise<PollResult> {
   const { source, adapter, logger } = deps;
   const url = feedUrl(source, adapter, position.cursor, source.event_types);
-  const res = await deps.client.get(url, { kind: 'feed', signal: deps.signal });
+  const res = await (prefetched?.url === url
+    ? prefetched.response
+    : deps.client.get(url, { kind: 'feed', signal: deps.signal }));
   if (res.status === 404) throw new Error(`feed ${url} answered 404: check the source's base_url`);
   const listed = readFeedEvents(res.resource, url);
   const ids = listed.map((e) => e.id);
@@ -159,8 +174,24 @@ async function pollOnce(
     }
   }
 
-  const outcomes = await expandSubjects(fresh, {
+  const next = nextCursor(
+    position,
+    listed.filter((e) => e.id > position.cursor).map((e) => e.id),
+    adapter.maxDisorder,
+  );
+  // While catching up, the next page is read during this one's expansion and commit: the cursor
+  // it needs is already known. It is used only once this page is committed (and dropped if not).
+  let nextPage: Prefetch | undefined;
+  if (full) {
+    const nextUrl = feedUrl(source, adapter, next.cursor, source.event_types);
+    const response = deps.client.get(nextUrl, { kind: 'feed', signal: deps.signal });
+    response.catch(() => undefined); // a failure surfaces when the next poll awaits it
+    nextPage = { url: nextUrl, response };
+  }
+
+  const { outcomes, notFound } = await expandSubjects(fresh, {
     expandSubject: source.expand_subject,
+    gone,
     client: deps.client,
     concurrency: source.subject_concurrency,
     signal: deps.signal,
@@ -169,11 +200,6 @@ async function pollOnce(
   });
   const changes = fresh.map((e, i) =>
     buildChange({ source: source.name, service: adapter.kind }, e, outcomes[i]!, adapter.normalizeSubject),
-  );
-  const next = nextCursor(
-    position,
-    listed.filter((e) => e.id > position.cursor).map((e) => e.id),
-    adapter.maxDisorder,
   );
 
   const enqueued = await deps.queue.commitPage({
@@ -190,12 +216,12 @@ async function pollOnce(
     eventTypes: changes.map((c) => c.event_type),
     lastEventTimestamp: lastEventAt !== undefined ? lastEventAt / 1000 : undefined,
     enqueued,
-    // Subjects that answered 404, not changes: several events of a page may share one gone subject
-    // (fetched once), and feedsync_subject_gone_total counts what the upstream answered.
-    gone: new Set(fresh.filter((_, i) => outcomes[i]!.state === 'gone').map((e) => e.subject_link)).size,
+    // 404 answers, not gone changes: several events may share one gone subject (fetched once),
+    // and a subject known to be deleted is not fetched again.
+    gone: notFound,
   });
   if (changes.length) logger.debug({ cursor: next.cursor, changes: changes.length }, 'page committed');
-  return { position: next, pageSize: listed.length, full, lastEventAt };
+  return { position: next, pageSize: listed.length, full, lastEventAt, prefetched: nextPage };
 }
 
 export function feedUrl(

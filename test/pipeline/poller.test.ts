@@ -139,11 +139,12 @@ describe('poller', () => {
   });
 
   it('gives gone on 404, deleted without a fetch for *_deleted events', async () => {
-    const up = new ScriptedUpstream([ev(1, 'job_updated', '9'), ev(2, 'job_deleted', '9')], {});
+    const up = new ScriptedUpstream([ev(1, 'job_updated', '9'), ev(2, 'job_deleted', '8')], {});
     const p = start(up);
     await waitFor(() => p.queue.changes.length === 2, 5000, 'two changes');
     expect(p.queue.changes.map((c) => c.subject_state)).toEqual(['gone', 'deleted']);
     expect(up.requests.filter((r) => r === url('9'))).toHaveLength(1);
+    expect(up.requests.filter((r) => r === url('8'))).toHaveLength(0);
   });
 
   it('retries a failing subject on its own without refetching the page, and commits nothing meanwhile', async () => {
@@ -218,5 +219,25 @@ describe('poller', () => {
     expect(up.requests).toHaveLength(0);
     p.queue.backlog = 0;
     await waitFor(() => p.queue.changes.length === 1, 5000, 'change after the pause');
+  });
+});
+
+describe('gone subjects', () => {
+  it('fetches a deleted subject at most once, and not at all when its delete is on the same page', async () => {
+    const events = [ev(1, 'job_updated', '9'), ev(2, 'job_updated', '5'), ev(3, 'job_deleted', '5')];
+    const up = new ScriptedUpstream(events, {});
+    const p = start(up);
+    await waitFor(() => p.queue.changes.length === 3, 5000, 'first page');
+    up.events.push(ev(4, 'job_updated', '9'), ev(5, 'job_deleted', '9'));
+    await waitFor(() => p.queue.changes.length === 5, 5000, 'second page');
+    expect(p.queue.changes.map((c) => c.subject_state)).toEqual([
+      'gone',
+      'gone',
+      'deleted',
+      'gone',
+      'deleted',
+    ]);
+    expect(up.requests.filter((r) => r === url('9'))).toHaveLength(1);
+    expect(up.requests.filter((r) => r === url('5'))).toHaveLength(0);
   });
 });

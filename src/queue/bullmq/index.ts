@@ -9,6 +9,7 @@ export {
   type SourceLockOptions,
 } from './source-lock.js';
 export {
+  assertRedisCredentials,
   checkRedisPolicy,
   closeRedis,
   createRedisConnection,
