@@ -9,7 +9,7 @@ import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { rawConfig, readJsonl, tempDir, waitFor } from '../support/harness.js';
 import { startReceiver, type Receiver } from '../sinks/support/receiver.js';
 import { killAllCli, metricsPortOf, runCli, spawnCli, writeConfig } from '../ops/support/cli.js';
-import { startAuthRedis, type AuthRedis } from './support/redis-auth.js';
+import { startRedis, type RedisServer } from '../support/redis.js';
 
 const SECRETS = {
   sandboxPassword: 'SbxPw-q7Lm2x9T',
@@ -21,13 +21,18 @@ const SECRETS = {
 
 const dir = tempDir('feedsync-obs-secrets-');
 let sandbox: Sandbox;
-let redis: AuthRedis;
+let redis: RedisServer;
 let receiver: Receiver;
 const collected: { what: string; text: string }[] = [];
 
 function config(redisPassword: string, name: string): string {
   const raw = rawConfig(sandbox, dir, {
-    queue: { driver: 'bullmq', redis_url: redis.url(redisPassword), prefix: name, attempts: 50 },
+    queue: {
+      driver: 'bullmq',
+      redis_url: `redis://:${encodeURIComponent(redisPassword)}@127.0.0.1:${redis.port}`,
+      prefix: name,
+      attempts: 50,
+    },
     sinks: [
       { name: 'file', type: 'jsonl', path: join(dir, `${name}.jsonl`) },
       { name: 'hook', type: 'webhook', url: receiver.url, secret: SECRETS.webhookSecret, timeout_ms: 2000 },
@@ -43,7 +48,7 @@ function config(redisPassword: string, name: string): string {
 beforeAll(async () => {
   [sandbox, redis, receiver] = await Promise.all([
     startSandbox({ seed: 41, backlog: 60, rate: 5, password: SECRETS.sandboxPassword }),
-    startAuthRedis(SECRETS.redisPassword),
+    startRedis({ requirepass: SECRETS.redisPassword }),
     startReceiver(SECRETS.webhookSecret),
   ]);
   sandbox.setFaults({
@@ -91,15 +96,15 @@ it('a run with faults, wrong credentials and a failing webhook leaks no secret a
   expect((await run.stop()).code).toBe(0);
   collected.push({ what: 'run', text: run.text() });
 
-  // A wrong Redis password: the daemon reports it (and keeps trying) and `status` fails; neither
-  // may show the password it was given.
+  // A wrong Redis password: the daemon refuses to start (exit 1, naming the problem) and `status`
+  // fails; neither may show the password it was given.
   const bad = config(SECRETS.wrongRedisPassword, 'bad');
   const badRun = spawnCli(['run'], { config: bad });
   const [badStatus] = await Promise.all([
     runCli(['--config', bad, 'status']),
     badRun.waitForLine(/WRONGPASS/, 15_000, 'the Redis authentication error'),
   ]);
-  await badRun.stop(2000);
+  expect(await badRun.waitForExit(10_000)).toMatchObject({ code: 1 });
   collected.push({ what: 'run with a wrong Redis password', text: badRun.text() });
   expect(badStatus.code).toBe(1);
   collected.push({ what: 'status with a wrong Redis password', text: badStatus.stdout + badStatus.stderr });

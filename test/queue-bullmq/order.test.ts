@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Rng } from '../../src/sandbox/prng.js';
 import { PipelineEvents } from '../../src/pipeline/events.js';
 import type { Change } from '../../src/pipeline/change.types.js';
 import { createBullmqDelivery } from '../../src/queue/bullmq/delivery.js';
@@ -16,14 +17,8 @@ afterAll(async () => {
 
 /** A small seeded PRNG so a failing run can be reproduced from the printed seed. */
 function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  const rng = new Rng(seed);
+  return () => rng.next();
 }
 
 describe('bullmq per-subject order', () => {

@@ -1,5 +1,6 @@
 // Shared pieces of the BullMQ process-level suites: a config per test (fresh queue prefix), a
 // seeded random source that failure messages name, and the oracles (keys delivered, mirror state).
+import { Rng } from '../../src/sandbox/prng.js';
 import Database from 'better-sqlite3';
 import { randomUUID } from 'node:crypto';
 import { existsSync, readdirSync } from 'node:fs';
@@ -22,14 +23,8 @@ export function seedNote(seed: number): string {
 
 /** mulberry32: small, fast and good enough to pick kill moments and latencies reproducibly. */
 export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  const rng = new Rng(seed);
+  return () => rng.next();
 }
 
 export interface BullmqConfigOptions {

@@ -1,6 +1,7 @@
 // Shared pieces of the local-driver reliability suites: a config for a `feedsync run` child against
 // an in-process sandbox (jsonl + sqlite mirror sinks), the oracles (every sandbox event delivered,
 // mirror equals the sandbox's live state, cursor never ahead of the queue) and a seeded generator.
+import { Rng } from '../../src/sandbox/prng.js';
 import Database from 'better-sqlite3';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
@@ -20,14 +21,8 @@ export const SEED = Number(process.env.RELIABILITY_SEED ?? Math.floor(Math.rando
 
 /** mulberry32: small, fast, good enough to place kills at reproducible moments. */
 export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  const rng = new Rng(seed);
+  return () => rng.next();
 }
 
 export interface RunFiles {

@@ -20,6 +20,8 @@ export interface RedisServer {
 
 export interface StartRedisOptions {
   appendonly?: boolean;
+  /** Require this password (AUTH); `url` then carries it. Local redis-server only. */
+  requirepass?: string;
 }
 
 const REDIS_BIN_CANDIDATES = ['/usr/bin/redis-server', '/usr/local/bin/redis-server'];
@@ -28,7 +30,7 @@ const STOP_TIMEOUT_MS = 5_000;
 
 export async function startRedis(opts: StartRedisOptions = {}): Promise<RedisServer> {
   const bin = findRedisBinary();
-  if (bin) return startLocal(bin, opts.appendonly ?? false);
+  if (bin) return startLocal(bin, opts.appendonly ?? false, opts.requirepass);
   if (process.env.DOCKER_HOST || existsSync('/var/run/docker.sock'))
     return startContainer(opts.appendonly ?? false);
   throw new Error(
@@ -44,7 +46,7 @@ function findRedisBinary(): string | undefined {
   return undefined;
 }
 
-async function startLocal(bin: string, appendonly: boolean): Promise<RedisServer> {
+async function startLocal(bin: string, appendonly: boolean, requirepass?: string): Promise<RedisServer> {
   const dir = mkdtempSync(join(tmpdir(), 'feedsync-redis-'));
   let child: ChildProcess | undefined;
   let port = 0;
@@ -52,7 +54,7 @@ async function startLocal(bin: string, appendonly: boolean): Promise<RedisServer
   for (let attempt = 0; attempt < 5 && !child; attempt++) {
     port = await freePort();
     try {
-      child = await spawnRedis(bin, port, dir, appendonly);
+      child = await spawnRedis(bin, port, dir, appendonly, requirepass);
     } catch (err) {
       if (attempt === 4) {
         rmSync(dir, { recursive: true, force: true });
@@ -67,7 +69,9 @@ async function startLocal(bin: string, appendonly: boolean): Promise<RedisServer
     rmSync(dir, { recursive: true, force: true });
   };
   const server: RedisServer = {
-    url: `redis://127.0.0.1:${port}`,
+    url: requirepass
+      ? `redis://:${encodeURIComponent(requirepass)}@127.0.0.1:${port}`
+      : `redis://127.0.0.1:${port}`,
     port,
     async stop() {
       await stopChild(child);
@@ -76,7 +80,7 @@ async function startLocal(bin: string, appendonly: boolean): Promise<RedisServer
     },
     async restart() {
       await stopChild(child);
-      child = await spawnRedis(bin, port, dir, appendonly);
+      child = await spawnRedis(bin, port, dir, appendonly, requirepass);
     },
     kill() {
       child?.kill('SIGKILL');
@@ -86,7 +90,13 @@ async function startLocal(bin: string, appendonly: boolean): Promise<RedisServer
   return server;
 }
 
-function spawnRedis(bin: string, port: number, dir: string, appendonly: boolean): Promise<ChildProcess> {
+function spawnRedis(
+  bin: string,
+  port: number,
+  dir: string,
+  appendonly: boolean,
+  requirepass?: string,
+): Promise<ChildProcess> {
   const args = [
     '--port',
     String(port),
@@ -102,6 +112,7 @@ function spawnRedis(bin: string, port: number, dir: string, appendonly: boolean)
     'no',
     '--loglevel',
     'warning',
+    ...(requirepass ? ['--requirepass', requirepass] : []),
   ];
   const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
@@ -170,7 +181,8 @@ function pingOnce(port: number): Promise<boolean> {
     socket.once('error', () => done(false));
     socket.on('data', (chunk) => {
       data += chunk.toString('utf8');
-      if (data.includes('\r\n')) done(data.startsWith('+PONG'));
+      // -NOAUTH from a password-protected server also means it is up.
+      if (data.includes('\r\n')) done(data.startsWith('+PONG') || data.startsWith('-NOAUTH'));
     });
     socket.connect(port, '127.0.0.1', () => socket.write('PING\r\n'));
   });
