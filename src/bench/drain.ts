@@ -43,6 +43,8 @@ export interface DrainResult {
   perService: ServiceDrain[];
   /** Peak RSS (bytes) per feedsync process, by role. */
   peakRss: { role: string; bytes: number }[];
+  /** Node flags the feedsync processes ran with. */
+  nodeArgs?: string[];
   /** Last output of each process (warnings and errors), for diagnosis; not part of the results. */
   output: Record<string, string>;
 }

@@ -2,6 +2,7 @@
 // makes to drain a feed (the feed pages, with the same newer_than values and expand parameters,
 // plus the subject GETs it has to make), issued by a concurrent keep-alive client with the same
 // Digest code. A ratio feedsync/raw holds on a noisy machine where absolute rates do not.
+import type { FeedEvent } from '../pipeline/change.js';
 import type { SourceConfig } from '../config/types.js';
 import { UpstreamAuthError } from '../errors.js';
 import { nextCursor, PAGE_SIZE } from '../pipeline/cursor.js';
@@ -87,25 +88,15 @@ export async function planRequests(source: SourceConfig, maxPages: number): Prom
   let events = 0;
   let feedPages = 0;
   let subjectGets = 0;
+  const pages: { url: string; fresh: FeedEvent[] }[] = [];
   try {
     for (let page = 0; page < maxPages; page++) {
       const url = feedUrl(source, adapter, position.cursor, source.event_types);
       const res = await getWithAuthRetry(client, url, 'feed');
       if (res.status === 404) throw new Error(`feed ${url} answered 404`);
-      requests.push({ url, kind: 'feed' });
-      feedPages++;
       const listed = readFeedEvents(res.resource, url);
       const seen = new Set(position.seenAbove);
-      const fresh = listed.filter((e) => e.id > position.cursor && !seen.has(e.id));
-      events += fresh.length;
-      const toFetch = new Set<string>();
-      for (const e of fresh) {
-        if (!source.expand_subject || !e.subject_link || e.event_type.endsWith('_deleted') || e.subject)
-          continue;
-        toFetch.add(e.subject_link);
-      }
-      for (const subject of toFetch) requests.push({ url: subject, kind: 'subject' });
-      subjectGets += toFetch.size;
+      pages.push({ url, fresh: listed.filter((e) => e.id > position.cursor && !seen.has(e.id)) });
       position = nextCursor(
         position,
         listed.filter((e) => e.id > position.cursor).map((e) => e.id),
@@ -115,6 +106,33 @@ export async function planRequests(source: SourceConfig, maxPages: number): Prom
     }
   } finally {
     await client.close();
+  }
+  // The backlog is static (rate 0), so a subject with a *_deleted event anywhere answers 404 when
+  // fetched; feedsync fetches such a subject once and then remembers it (pipeline/expand.ts), and
+  // never fetches one whose delete is on the same page. Plan exactly those requests.
+  const deletedSomewhere = new Set(
+    pages.flatMap((p) => p.fresh.filter((e) => e.event_type.endsWith('_deleted')).map((e) => e.subject_link)),
+  );
+  const gone = new Set<string>();
+  for (const { url, fresh } of pages) {
+    requests.push({ url, kind: 'feed' });
+    feedPages++;
+    events += fresh.length;
+    const deletedHere = new Set(
+      fresh.filter((e) => e.event_type.endsWith('_deleted')).map((e) => e.subject_link),
+    );
+    const toFetch = new Set<string>();
+    for (const e of fresh) {
+      if (!source.expand_subject || !e.subject_link || e.event_type.endsWith('_deleted') || e.subject)
+        continue;
+      if (deletedHere.has(e.subject_link) || gone.has(e.subject_link)) continue;
+      toFetch.add(e.subject_link);
+    }
+    for (const subject of toFetch) {
+      requests.push({ url: subject, kind: 'subject' });
+      if (deletedSomewhere.has(subject)) gone.add(subject);
+    }
+    subjectGets += toFetch.size;
   }
   return { service: source.service, requests, events, feedPages, subjectGets };
 }

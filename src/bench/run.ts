@@ -127,32 +127,41 @@ async function drainPhase(work: string): Promise<{
   return { plans, raw, drains, bare, errors };
 }
 
+/** Node's default heap sizing, and a capped old space (V8 otherwise grows the heap freely). */
+const MEMORY_VARIANTS: string[][] = [[], ['--max-old-space-size=128']];
+
 async function memoryPhase(work: string): Promise<DrainResult[]> {
   const out: DrainResult[] = [];
-  for (const backlog of cfg.memBacklogs) {
-    log(`memory: local drain of ${backlog} events per service (both services, one run process)`);
-    const { child, info } = await startSandboxProcess({ backlog, rate: 0, seed: cfg.seed });
-    try {
-      const control = new SandboxControl(info.control_url);
-      const events = Object.fromEntries(
-        await Promise.all(SERVICES.map(async (s) => [s, await control.events(s)])),
+  for (const nodeArgs of MEMORY_VARIANTS)
+    for (const backlog of cfg.memBacklogs) {
+      log(
+        `memory: local drain of ${backlog} events per service (both services, one run process) ${nodeArgs.join(' ')}`,
       );
-      const r = await runDrain({
-        mode: 'local',
-        services: SERVICES,
-        info,
-        control,
-        events,
-        dir: join(work, `memory-${backlog}`),
-        timeoutMs: cfg.drainTimeoutS * 2000,
-        pollIntervalMs: cfg.pollIntervalMs,
-      });
-      out.push(r);
-      log(`  ${r.complete ? 'complete' : `INCOMPLETE (${r.missing} missing)`} in ${r.seconds.toFixed(1)} s`);
-    } finally {
-      await child.stop();
+      const { child, info } = await startSandboxProcess({ backlog, rate: 0, seed: cfg.seed });
+      try {
+        const control = new SandboxControl(info.control_url);
+        const events = Object.fromEntries(
+          await Promise.all(SERVICES.map(async (s) => [s, await control.events(s)])),
+        );
+        const r = await runDrain({
+          mode: 'local',
+          services: SERVICES,
+          info,
+          control,
+          events,
+          dir: join(work, `memory-${backlog}-${nodeArgs.length}`),
+          timeoutMs: cfg.drainTimeoutS * 2000,
+          pollIntervalMs: cfg.pollIntervalMs,
+          nodeArgs,
+        });
+        out.push({ ...r, nodeArgs });
+        log(
+          `  ${r.complete ? 'complete' : `INCOMPLETE (${r.missing} missing)`} in ${r.seconds.toFixed(1)} s`,
+        );
+      } finally {
+        await child.stop();
+      }
     }
-  }
   return out;
 }
 
