@@ -1,6 +1,7 @@
 // Scaled-out deployment under kill -9: one `feedsync poll` and two `feedsync work` processes drain a
 // ~2000-event backlog per service into per-worker jsonl files and one shared sqlite mirror, while a
-// worker and then the poller are killed with SIGKILL at seeded random moments and restarted.
+// worker and then the poller are killed with SIGKILL at seeded random moments and restarted, during
+// catch-up and again during live traffic.
 // CONTRACT §4: every key reaches the jsonl sink at least once; the mirror ends equal to the
 // sandbox's live state; SIGTERM stops every process with exit 0 within shutdown_timeout_ms.
 import { join } from 'node:path';
@@ -50,7 +51,7 @@ describe(`bullmq: poll + 2 work under kill -9 ${note}`, () => {
 
   it(
     'delivers every key at least once and the mirror equals the live state',
-    { timeout: 150_000 },
+    { timeout: 240_000 },
     async () => {
       const random = seededRandom(seed);
       const configPath = writeConfig(
@@ -66,7 +67,7 @@ describe(`bullmq: poll + 2 work under kill -9 ${note}`, () => {
         }),
       );
       const storePath = join(dir, 'feedsync.db');
-      const expected = sandboxKeys(sandbox);
+      let expected = sandboxKeys(sandbox);
       const maxScheduling = Math.max(...sandbox.events('scheduling').map((e) => e.id));
       const start = (mode: 'poll' | 'work', id: string): CliProcess =>
         spawnCli([mode], {
@@ -78,7 +79,7 @@ describe(`bullmq: poll + 2 work under kill -9 ${note}`, () => {
 
       let poller = start('poll', 'poll');
       let workerA = start('work', 'a');
-      const workerB = start('work', 'b');
+      let workerB = start('work', 'b');
       await waitStarted(poller, workerA, workerB);
 
       // Worker A dies once a seeded share (10–40 %) of the keys has landed.
@@ -107,6 +108,34 @@ describe(`bullmq: poll + 2 work under kill -9 ${note}`, () => {
       // The dead poller's Redis lock lives on until its TTL (15 s): the new one waits, then takes over.
       poller = start('poll', 'poll');
       await waitStarted(poller);
+
+      // Live traffic: the other worker and then the poller die again while new events arrive; the
+      // poller only once the restarted one holds the lock (after the dead one's TTL) and polls.
+      await eventually(
+        () => poller.text().includes('acquired lock of source workflow'),
+        30_000,
+        `first poller took over ${note}`,
+      );
+      sandbox.setRate(20);
+      await sleep(500 + Math.floor(random() * 1500));
+      workerB.signal('SIGKILL');
+      await workerB.waitForExit(5_000);
+      workerB = start('work', 'b');
+      await waitStarted(workerB);
+      await sleep(500 + Math.floor(random() * 1500));
+      poller.signal('SIGKILL');
+      await poller.waitForExit(5_000);
+      poller = start('poll', 'poll');
+      await waitStarted(poller);
+      // Stay live until the new poller holds the lock (TTL) and has polled, then stop the traffic.
+      await eventually(
+        () => poller.text().includes('acquired lock of source workflow'),
+        30_000,
+        `poller took over ${note}`,
+      );
+      await sleep(1_000);
+      sandbox.setRate(0);
+      expected = sandboxKeys(sandbox);
 
       await eventually(
         () => missingKeys(expected, readJsonlFiles(dir, 'changes-')).length === 0,
