@@ -30,3 +30,22 @@ export function retryDelayMs(
   const delay = backoffDelay(attemptsMade - 1, queue.backoff_ms, queue.max_backoff_ms);
   return Math.max(delay, Math.min(retryAfterMs ?? 0, queue.max_backoff_ms));
 }
+
+/**
+ * After a retry-later failure: the attempts now spent and the wait before the next one. A receiver
+ * that asks to wait (429 / Retry-After) is throttling, not failing: it gets the wait it asked for
+ * (capped) and no attempt is spent, so a busy receiver never dead-letters changes.
+ */
+export function afterRetryableFailure(
+  failure: ClassifiedFailure,
+  attemptsMade: number,
+  queue: Pick<QueueConfig, 'backoff_ms' | 'max_backoff_ms'>,
+): { attempts: number; delayMs: number } {
+  if (failure.retryAfterMs !== undefined)
+    return {
+      attempts: attemptsMade,
+      delayMs: Math.max(1, Math.min(failure.retryAfterMs, queue.max_backoff_ms)),
+    };
+  const attempts = attemptsMade + 1;
+  return { attempts, delayMs: Math.max(1, retryDelayMs(attempts, queue)) };
+}

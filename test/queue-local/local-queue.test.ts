@@ -196,3 +196,17 @@ describe('local queue', () => {
     expect(sink.delivered.map((c) => c.event_id)).toEqual(changes.map((c) => c.event_id));
   });
 });
+
+describe('local queue throttling', () => {
+  it('honours a Retry-After without spending attempts', async () => {
+    let throttles = 4;
+    const sink = new RecordingSink(() => (throttles-- > 0 ? new RetryLaterError('busy', 50) : undefined));
+    const q = setup({ sink }, { attempts: 2 });
+    const dead: string[] = [];
+    q.events.on('delivery:finished', (e) => e.outcome === 'dead' && dead.push(e.key));
+    await q.delivery.start();
+    await q.producer.commitPage({ source: 'src', changes: [change(900)], cursor: 1, seenAbove: [] });
+    await waitFor(() => sink.delivered.length === 1, 10_000, 'delivery after four throttled answers');
+    expect(dead).toEqual([]);
+  });
+});

@@ -27,7 +27,7 @@ import type { QueueConfig } from '../../config/types.js';
 import { errorMessage } from '../../errors.js';
 import type { Change } from '../../pipeline/change.types.js';
 import type { PipelineEvents } from '../../pipeline/events.js';
-import { classifyFailure, retryDelayMs } from '../delivery-policy.js';
+import { afterRetryableFailure, classifyFailure } from '../delivery-policy.js';
 import type { DeliveryRunner, SinkRuntime } from '../queue.js';
 import { attemptsOf } from './attempts.js';
 import { assertSinkName, bullPrefix, shardIndexes, shardQueueName } from './names.js';
@@ -98,7 +98,11 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
     } catch (err) {
       if (err instanceof HandedBack) throw new RateLimitError();
       const failure = classifyFailure(err);
-      const attempts = attemptsOf(job) + 1;
+      const next =
+        failure.kind === 'never'
+          ? { attempts: attemptsOf(job) + 1, delayMs: 0 }
+          : afterRetryableFailure(failure, attemptsOf(job), config);
+      const attempts = next.attempts;
       if (failure.kind === 'never' || attempts >= config.attempts) {
         await recordAttempts(job, attempts, logger);
         opts.events.emit('delivery:finished', {
@@ -113,7 +117,7 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
         logger.warn({ key, attempts, err: errorMessage(err) }, `delivery dead-lettered: ${why}`);
         throw new UnrecoverableError(`sink ${runtime.name}: ${why}: ${errorMessage(err)}`);
       }
-      const delay = Math.max(1, retryDelayMs(attempts, config, failure.retryAfterMs));
+      const delay = next.delayMs;
       opts.events.emit('delivery:finished', {
         sink: runtime.name,
         outcome: 'retry',

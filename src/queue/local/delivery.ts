@@ -4,7 +4,7 @@ import { errorMessage } from '../../errors.js';
 import type { Change } from '../../pipeline/change.types.js';
 import type { PipelineEvents } from '../../pipeline/events.js';
 import type { Db } from '../../store/store.js';
-import { classifyFailure, retryDelayMs } from '../delivery-policy.js';
+import { afterRetryableFailure, classifyFailure } from '../delivery-policy.js';
 import type { DeliveryRunner, SinkRuntime } from '../queue.js';
 import type { Backlog } from './backlog.js';
 
@@ -207,7 +207,11 @@ export class LocalDelivery implements DeliveryRunner {
     let dead = 0;
     this.db.transaction(() => {
       for (const row of rows) {
-        const attempts = row.attempts + 1;
+        const next =
+          failure.kind === 'never'
+            ? { attempts: row.attempts + 1, delayMs: 0 }
+            : afterRetryableFailure(failure, row.attempts, this.queue);
+        const attempts = next.attempts;
         if (failure.kind === 'never' || attempts >= this.queue.attempts) {
           this.bury.run(runtime.name, row.key, row.body, attempts, message, now);
           this.ack.run(row.id);
@@ -217,7 +221,7 @@ export class LocalDelivery implements DeliveryRunner {
             'delivery dead-lettered',
           );
         } else {
-          const delay = retryDelayMs(attempts, this.queue, failure.retryAfterMs);
+          const delay = next.delayMs;
           this.retry.run(attempts, now + delay, message, row.id);
           this.logger.warn(
             { sink: runtime.name, key: row.key, attempts, retry_in_ms: Math.round(delay), err: message },
