@@ -30,12 +30,6 @@ export function openStore(path: string): Db {
     db.pragma('synchronous = NORMAL');
     db.pragma('foreign_keys = ON');
     migrate(db);
-    // A full or read-only disk must fail here, naming the store, not later as an unexplained
-    // error inside a running poller: commit one real write (the header page) to prove the store
-    // takes writes now.
-    db.transaction(() =>
-      db.pragma(`user_version = ${db.pragma('user_version', { simple: true }) as number}`),
-    )();
   } catch (err) {
     if (err instanceof StoreError) throw err;
     throw new StoreError(abs, `cannot open or write (${(err as Error).message})`);
@@ -43,13 +37,21 @@ export function openStore(path: string): Db {
   return db;
 }
 
+/**
+ * Apply pending migrations in one IMMEDIATE transaction: the write lock is taken first (waiting up
+ * to the busy timeout while the daemon writes), so concurrent openers (the daemon and the `status`
+ * / `dlq` / `cursor` commands) neither fail with "database is locked" on a read-to-write upgrade
+ * nor run a migration twice. It always commits one real write (user_version), so a full or
+ * read-only disk fails here, naming the store, rather than later inside a running poller.
+ */
 function migrate(db: Db): void {
-  const current = db.pragma('user_version', { simple: true }) as number;
-  for (const m of migrations) {
-    if (m.version <= current) continue;
-    db.transaction(() => {
+  db.transaction(() => {
+    let version = db.pragma('user_version', { simple: true }) as number;
+    for (const m of migrations) {
+      if (m.version <= version) continue;
       db.exec(m.sql);
-      db.pragma(`user_version = ${m.version}`);
-    })();
-  }
+      version = m.version;
+    }
+    db.pragma(`user_version = ${version}`);
+  }).immediate();
 }
