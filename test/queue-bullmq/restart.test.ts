@@ -1,9 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PipelineEvents } from '../../src/pipeline/events.js';
-import { createBullmqDelivery } from '../../src/queue/bullmq/delivery.js';
-import { createBullmqProducer } from '../../src/queue/bullmq/producer.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
-import { ANY, RecordingSink, makeChange, queueConfig, range, silentLogger, waitFor } from './support.js';
+import {
+  RecordingSink,
+  deliveryFor,
+  makeChange,
+  producerFor,
+  queueConfig,
+  range,
+  waitFor,
+} from './support.js';
 
 let redis: RedisServer;
 beforeAll(async () => {
@@ -23,18 +28,8 @@ describe('bullmq with a Redis restart', () => {
       attempts: 1_000,
     });
     const sink = new RecordingSink({ latencyMs: () => 10 });
-    const runner = createBullmqDelivery({
-      queue: config,
-      sinks: [{ name: 'file', sink }],
-      events: new PipelineEvents(),
-      logger: silentLogger,
-    });
-    const producer = createBullmqProducer({
-      queue: config,
-      sinks: [{ name: 'file', filter: ANY }],
-      saveCursor: () => undefined,
-      logger: silentLogger,
-    });
+    const runner = deliveryFor(config, 'file', sink);
+    const producer = producerFor(config, 'file');
     const changes = range(1, 200).map((id) => makeChange(id, { subject: `s${id % 7}` }));
     try {
       await producer.commitPage({ source: 'scheduling', changes, cursor: 200, seenAbove: [] });

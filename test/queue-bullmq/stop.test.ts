@@ -1,11 +1,16 @@
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PipelineEvents } from '../../src/pipeline/events.js';
 import { createBullmqAdmin } from '../../src/queue/bullmq/admin.js';
-import { createBullmqDelivery } from '../../src/queue/bullmq/delivery.js';
-import { createBullmqProducer } from '../../src/queue/bullmq/producer.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
-import { ANY, RecordingSink, makeChange, queueConfig, range, silentLogger, waitFor } from './support.js';
+import {
+  RecordingSink,
+  deliveryFor,
+  makeChange,
+  producerFor,
+  queueConfig,
+  range,
+  waitFor,
+} from './support.js';
 
 let redis: RedisServer;
 let inspector: Redis;
@@ -35,18 +40,8 @@ describe('bullmq delivery stop()', () => {
         return 4_000;
       },
     });
-    const runner = createBullmqDelivery({
-      queue: config,
-      sinks: [{ name: 'slow', sink }],
-      events: new PipelineEvents(),
-      logger: silentLogger,
-    });
-    const producer = createBullmqProducer({
-      queue: config,
-      sinks: [{ name: 'slow', filter: ANY }],
-      saveCursor: () => undefined,
-      logger: silentLogger,
-    });
+    const runner = deliveryFor(config, 'slow', sink);
+    const producer = producerFor(config, 'slow');
     const changes = range(1, 6).map((id) => makeChange(id));
     await producer.commitPage({ source: 'scheduling', changes, cursor: 6, seenAbove: [] });
     await producer.close();
@@ -75,12 +70,7 @@ describe('bullmq delivery stop()', () => {
   });
 
   it('stop() before start() resolves at once', async () => {
-    const runner = createBullmqDelivery({
-      queue: queueConfig(redis.url),
-      sinks: [{ name: 'x', sink: new RecordingSink() }],
-      events: new PipelineEvents(),
-      logger: silentLogger,
-    });
+    const runner = deliveryFor(queueConfig(redis.url), 'x', new RecordingSink());
     await runner.stop(1_000);
     await runner.start(); // no-op after stop
   });
@@ -89,12 +79,7 @@ describe('bullmq delivery stop()', () => {
     const down = await startRedis();
     down.kill();
     try {
-      const runner = createBullmqDelivery({
-        queue: queueConfig(down.url),
-        sinks: [{ name: 'x', sink: new RecordingSink() }],
-        events: new PipelineEvents(),
-        logger: silentLogger,
-      });
+      const runner = deliveryFor(queueConfig(down.url), 'x', new RecordingSink());
       const starting = runner.start();
       await new Promise((r) => setTimeout(r, 200));
       const t0 = Date.now();
@@ -112,23 +97,13 @@ describe('bullmq delivery stop()', () => {
     late.kill();
     const config = queueConfig(late.url);
     const sink = new RecordingSink();
-    const runner = createBullmqDelivery({
-      queue: config,
-      sinks: [{ name: 'x', sink }],
-      events: new PipelineEvents(),
-      logger: silentLogger,
-    });
+    const runner = deliveryFor(config, 'x', sink);
     try {
       const starting = runner.start();
       await new Promise((r) => setTimeout(r, 300));
       await late.restart();
       await starting;
-      const producer = createBullmqProducer({
-        queue: config,
-        sinks: [{ name: 'x', filter: ANY }],
-        saveCursor: () => undefined,
-        logger: silentLogger,
-      });
+      const producer = producerFor(config, 'x');
       await producer.commitPage({ source: 'scheduling', changes: [makeChange(1)], cursor: 1, seenAbove: [] });
       await producer.close();
       await waitFor('delivery after late start', () => sink.delivered.length === 1, 15_000);
@@ -141,18 +116,8 @@ describe('bullmq delivery stop()', () => {
   it('lets a quick in-flight delivery finish during a graceful stop', async () => {
     const config = queueConfig(redis.url, { shards: 1, concurrency: 1 });
     const sink = new RecordingSink({ latencyMs: () => 300 });
-    const runner = createBullmqDelivery({
-      queue: config,
-      sinks: [{ name: 'file', sink }],
-      events: new PipelineEvents(),
-      logger: silentLogger,
-    });
-    const producer = createBullmqProducer({
-      queue: config,
-      sinks: [{ name: 'file', filter: ANY }],
-      saveCursor: () => undefined,
-      logger: silentLogger,
-    });
+    const runner = deliveryFor(config, 'file', sink);
+    const producer = producerFor(config, 'file');
     await producer.commitPage({
       source: 'scheduling',
       changes: [makeChange(1), makeChange(2)],

@@ -4,6 +4,10 @@ import { pino, type Logger } from 'pino';
 import type { QueueConfig, SinkFilter } from '../../src/config/types.js';
 import { NeverError, RetryLaterError } from '../../src/errors.js';
 import type { Change } from '../../src/pipeline/change.types.js';
+import { PipelineEvents } from '../../src/pipeline/events.js';
+import { createBullmqDelivery } from '../../src/queue/bullmq/delivery.js';
+import { createBullmqProducer, type BullmqProducer } from '../../src/queue/bullmq/producer.js';
+import type { DeliveryRunner } from '../../src/queue/queue.js';
 import type { Sink } from '../../src/sinks/sink.js';
 
 export const silentLogger: Logger = pino({ level: 'silent' });
@@ -129,4 +133,24 @@ export async function waitFor(
 
 export function range(from: number, count: number): number[] {
   return Array.from({ length: count }, (_, i) => from + i);
+}
+
+/** The delivery runner of a single sink, with its own event bus and a silent logger. */
+export function deliveryFor(config: QueueConfig, name: string, sink: Sink): DeliveryRunner {
+  return createBullmqDelivery({
+    queue: config,
+    sinks: [{ name, sink }],
+    events: new PipelineEvents(),
+    logger: silentLogger,
+  });
+}
+
+/** A producer for a single unfiltered sink that does not keep cursors. */
+export function producerFor(config: QueueConfig, name: string): BullmqProducer {
+  return createBullmqProducer({
+    queue: config,
+    sinks: [{ name, filter: ANY }],
+    saveCursor: () => undefined,
+    logger: silentLogger,
+  });
 }
