@@ -1,3 +1,4 @@
+import { boundHeapGrowth } from '../heap.js';
 import { startDaemon, type DaemonMode } from '../daemon.js';
 import { handleShutdownSignals } from '../signals.js';
 import { version } from '../version.js';
@@ -5,6 +6,7 @@ import { loadForCommand, type GlobalOptions } from './context.js';
 
 /** `feedsync run | poll | work`: start, then stop gracefully on the first SIGTERM/SIGINT. */
 export async function daemonCommand(mode: DaemonMode, opts: GlobalOptions): Promise<void> {
+  boundHeapGrowth();
   const { loaded, logger } = loadForCommand(opts);
   const budget = loaded.config.shutdown_timeout_ms + 2000;
   const starting = startDaemon({ config: loaded.config, configDir: loaded.dir, mode, logger, version });

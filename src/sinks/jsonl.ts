@@ -30,7 +30,9 @@ interface Waiter {
 }
 
 const DEFAULT_TAIL_BYTES = 4 * 1024 * 1024;
-const DEFAULT_REMEMBER_KEYS = 100_000;
+// Redeliveries follow the first copy closely (a retried batch, a stalled job); a restart re-reads
+// the file's tail instead. 20k keys cost about 1.5 MB.
+const DEFAULT_REMEMBER_KEYS = 20_000;
 
 export async function openJsonlSink(
   config: JsonlSinkConfig,

@@ -5,6 +5,7 @@ import type { QueueConfig } from '../../src/config/types.js';
 import { NeverError, RetryLaterError } from '../../src/errors.js';
 import type { Change } from '../../src/pipeline/change.types.js';
 import { PipelineEvents } from '../../src/pipeline/events.js';
+import { NEXT_RETRY_DUE } from '../../src/queue/local/delivery.js';
 import { createLocalQueue } from '../../src/queue/local/index.js';
 import type { Sink } from '../../src/sinks/sink.js';
 import { CursorStore } from '../../src/store/cursors.js';
@@ -106,6 +107,14 @@ function setup(sinks: Record<string, Sink>, over: Partial<QueueConfig> = {}) {
 }
 
 describe('local queue', () => {
+  it('finds the next retry through the partial index, not by scanning the backlog', () => {
+    const { db } = setup({ s: new RecordingSink() });
+    const plan = db.prepare(`EXPLAIN QUERY PLAN ${NEXT_RETRY_DUE}`).all('s', Date.now()) as {
+      detail: string;
+    }[];
+    expect(plan.map((p) => p.detail).join('\n')).toMatch(/USING COVERING INDEX deliveries_retrying/);
+  });
+
   it.each([false, true])(
     'keeps per-subject order under random failures with concurrency 4 (batches: %s)',
     async (batches) => {

@@ -18,6 +18,10 @@ interface Row {
 }
 
 const IDLE_RECHECK_MS = 1000;
+/** When the sink's next retry is due. `available_at > 0` names the partial index's condition, so
+ * SQLite searches the few retrying rows instead of scanning the whole backlog on every wake-up. */
+export const NEXT_RETRY_DUE =
+  'SELECT MIN(available_at) AS t FROM deliveries WHERE sink = ? AND available_at > 0 AND available_at > ?';
 /** Changes per call to a sink that takes batches, and rows fetched per look at the queue. */
 const BATCH = 200;
 
@@ -102,9 +106,7 @@ export class LocalDelivery implements DeliveryRunner {
     const queueHead = this.db.prepare(
       'SELECT id, key, subject_key, body, attempts, available_at FROM deliveries WHERE sink = ? ORDER BY id LIMIT ?',
     );
-    const nextDue = this.db.prepare(
-      'SELECT MIN(available_at) AS t FROM deliveries WHERE sink = ? AND available_at > ?',
-    );
+    const nextDue = this.db.prepare(NEXT_RETRY_DUE);
     // A sink that takes batches gets up to BATCH changes per call, one call counting as one
     // delivery in flight; others get one change per call.
     const perCall = runtime.sink.deliverBatch ? BATCH : 1;
