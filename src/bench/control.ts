@@ -33,12 +33,25 @@ export class SandboxControl {
   }
 }
 
-/** Requests and 401s the sandbox served for one service since the last reset. */
-export function serviceCounts(
-  stats: SandboxStats,
-  service: ServiceName,
-): { requests: number; unauthorized: number } {
+export interface ServiceCounts {
+  /** Every request, 401s included. */
+  requests: number;
+  unauthorized: number;
+  /** Authenticated feed pages and subject GETs, and the subject GETs that answered 404. */
+  feedRequests: number;
+  subjectRequests: number;
+  subjectNotFound: number;
+}
+
+/** Requests the sandbox served for one service since the last reset. */
+export function serviceCounts(stats: SandboxStats, service: ServiceName): ServiceCounts {
   const s = stats[service];
   const requests = Object.values(s.requests).reduce((a, b) => a + b, 0);
-  return { requests: requests + s.unauthorized, unauthorized: s.unauthorized };
+  return {
+    requests: requests + s.unauthorized,
+    unauthorized: s.unauthorized,
+    feedRequests: s.requests.feed,
+    subjectRequests: s.requests.subject,
+    subjectNotFound: s.subject_not_found,
+  };
 }

@@ -4,7 +4,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import type { SandboxEvent, ServiceName } from '../sandbox/types.js';
-import { serviceCounts, type SandboxControl } from './control.js';
+import { serviceCounts, type SandboxControl, type ServiceCounts } from './control.js';
 import { JsonlTail } from './jsonl-tail.js';
 import { spawnChild, type Child, type SandboxInfo } from './procs.js';
 
@@ -27,11 +27,9 @@ export interface DrainOptions {
   extraSinks?: Record<string, unknown>[];
 }
 
-export interface ServiceDrain {
+export interface ServiceDrain extends ServiceCounts {
   service: ServiceName;
   events: number;
-  requests: number;
-  unauthorized: number;
 }
 
 export interface DrainResult {

@@ -127,8 +127,8 @@ async function drainPhase(work: string): Promise<{
   return { plans, raw, drains, bare, errors };
 }
 
-/** Node's default heap sizing, and a capped old space (V8 otherwise grows the heap freely). */
-const MEMORY_VARIANTS: string[][] = [[], ['--max-old-space-size=128']];
+/** The node flags of the memory runs: none, as the Docker image and Helm chart run it. */
+const MEMORY_VARIANTS: string[][] = [[]];
 
 async function memoryPhase(work: string): Promise<DrainResult[]> {
   const out: DrainResult[] = [];

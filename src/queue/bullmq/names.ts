@@ -4,9 +4,19 @@
 // Layout, for config `prefix: feedsync`, sink `hook`, shards 4:
 //   BullMQ prefix   `{feedsync}`        the braces are a Redis Cluster hash tag: every key of
 //                                       feedsync lands in one slot, as BullMQ's docs require
-//   queue names     `hook.0` … `hook.3` one queue per sink and shard (keys `{feedsync}:hook.2:wait`, …)
-//   job id          `scheduling~123457` the change key with `:` (forbidden in BullMQ ids) as `~`
+//   shard queues    `hook.0` … `hook.3` one queue per sink and shard (keys `{feedsync}:hook.2:wait`, …)
+//                                       whose jobs are slices: the changes of one page that map to
+//                                       that shard, data `{ changes: [...] }` (see slice.ts)
+//   slice job id    `scheduling~101+scheduling~149`  the first and last change keys of the slice,
+//                                       each with `:` (forbidden in BullMQ ids) as `~`
+//   retried slice   `scheduling~123457+retry-<uuid>`  a one-change slice re-queued by `dlq retry`
+//   dead queue      `hook.dead`         one per sink, never consumed: each job (waiting for ever)
+//                                       is ONE dead-lettered change, job id `scheduling~123457`
 //   source lock     `{feedsync}:source-lock:scheduling`
+//
+// Queue names cannot collide although sink names may contain `.`: a shard queue's name always ends
+// in `.` + decimal digits and a dead queue's in `.dead`, so no name is both; and stripping that
+// fixed suffix gives back the sink name, so two sinks never share a queue.
 import { FeedsyncError } from '../../errors.js';
 import type { Change } from '../../pipeline/change.types.js';
 
@@ -26,6 +36,11 @@ export function assertSinkName(sink: string): void {
 
 export function shardQueueName(sink: string, shard: number): string {
   return `${sink}.${shard}`;
+}
+
+/** The sink's dead-letter queue: no worker consumes it, so its jobs stay in `wait` until `dlq`. */
+export function deadQueueName(sink: string): string {
+  return `${sink}.dead`;
 }
 
 export function shardIndexes(shards: number): number[] {
