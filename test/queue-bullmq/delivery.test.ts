@@ -1,14 +1,18 @@
+import { Worker } from 'bullmq';
+import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { QueueConfig } from '../../src/config/types.js';
 import { RetryLaterError } from '../../src/errors.js';
 import { PipelineEvents, type PipelineEventMap } from '../../src/pipeline/events.js';
 import { createBullmqAdmin, type BullmqAdmin } from '../../src/queue/bullmq/admin.js';
 import { createBullmqDelivery } from '../../src/queue/bullmq/delivery.js';
+import { bullPrefix, shardQueueName } from '../../src/queue/bullmq/names.js';
 import { createBullmqProducer, type BullmqProducer } from '../../src/queue/bullmq/producer.js';
 import type { DeliveryRunner } from '../../src/queue/queue.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
 import {
   ANY,
+  BatchRecordingSink,
   RecordingSink,
   makeChange,
   never,
@@ -16,6 +20,7 @@ import {
   range,
   retryLater,
   silentLogger,
+  sliceJobs,
   waitFor,
 } from './support.js';
 
@@ -250,6 +255,151 @@ describe('bullmq delivery', () => {
     expect(await h.admin.retryDead({})).toBe(1);
     await waitFor('delivered after retry', () => hook.delivered.length === 1);
     expect(hook.attempts.get('scheduling:1')).toBe(4);
+  });
+});
+
+describe('bullmq slices', () => {
+  it('gives a sink with deliverBatch multi-change batches, never two changes of one subject in one', async () => {
+    const config = queueConfig(redis.url, { shards: 2, concurrency: 2 });
+    const file = new BatchRecordingSink();
+    const h = harness(config, { file });
+    // 6 subjects, 60 changes: each slice repeats subjects, so batches must stop before a repeat.
+    const changes = range(1, 60).map((id) => makeChange(id, { subject: `s${id % 6}` }));
+    await h.producer.commitPage({ source: 'scheduling', changes, cursor: 60, seenAbove: [] });
+    await h.runner.start();
+    await waitFor('60 deliveries', () => file.delivered.length >= 60);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(file.keys().sort()).toEqual(changes.map((c) => c.key).sort());
+    expect(file.sameSubjectBatches).toEqual([]);
+    expect(file.overlaps).toEqual([]);
+    expect(file.batches.length).toBeGreaterThan(1);
+    expect(Math.max(...file.batches.map((b) => b.length))).toBeGreaterThan(1);
+    // Fewer sink calls than changes; per subject, feed order.
+    expect(file.batches.length + file.attempts.size).toBeLessThan(60);
+    for (let s = 0; s < 6; s++) {
+      const ids = file.delivered.filter((c) => c.subject_url === `s${s}`).map((c) => c.event_id);
+      expect(ids).toEqual([...ids].sort((a, b) => a - b));
+    }
+    expect(h.finished.filter((e) => e.outcome === 'ok')).toHaveLength(60);
+  });
+
+  it('after a failed batch delivers one by one, so only the failing change is retried', async () => {
+    const config = queueConfig(redis.url, { shards: 1, attempts: 5, backoff_ms: 10, max_backoff_ms: 20 });
+    const file = new BatchRecordingSink({
+      failBatch: (batch) => (batch.some((c) => c.event_id === 4) ? retryLater('disk busy') : undefined),
+      fail: (c, attempt) => (c.event_id === 4 && attempt <= 2 ? retryLater('disk busy') : undefined),
+    });
+    const h = harness(config, { file });
+    const changes = range(1, 8).map((id) => makeChange(id));
+    await h.producer.commitPage({ source: 'scheduling', changes, cursor: 8, seenAbove: [] });
+    await h.runner.start();
+    await waitFor('8 deliveries', () => file.delivered.length >= 8);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(file.keys()).toEqual(changes.map((c) => c.key));
+    // The batch failure spent no attempt: change 4 failed twice on its own, then went through.
+    expect(file.attempts.get('scheduling:4')).toBe(3);
+    expect(h.finished.filter((e) => e.outcome === 'retry').map((e) => e.key)).toEqual([
+      'scheduling:4',
+      'scheduling:4',
+    ]);
+    expect(h.finished.filter((e) => e.outcome === 'ok')).toHaveLength(8);
+    expect(h.finished.filter((e) => e.outcome === 'dead')).toHaveLength(0);
+  });
+
+  it('dead-letters only the refused change of a slice; the rest is delivered and dlq retry redelivers it', async () => {
+    const config = queueConfig(redis.url, { shards: 1, attempts: 10 });
+    let refuse = true;
+    const hook = new RecordingSink({
+      fail: (c) => (refuse && c.event_id === 3 ? never('HTTP 422: unknown field') : undefined),
+    });
+    const h = harness(config, { hook });
+    const changes = range(1, 6).map((id) => makeChange(id));
+    await h.producer.commitPage({ source: 'scheduling', changes, cursor: 6, seenAbove: [] });
+    expect(await sliceJobs(config, 'hook')).toHaveLength(1);
+    await h.runner.start();
+    await waitFor('5 deliveries', () => hook.delivered.length >= 5);
+    await waitFor(
+      'the slice to complete',
+      async () => (await sliceJobs(config, 'hook', ['completed'])).length === 1,
+    );
+    expect(hook.keys()).toEqual(changes.filter((c) => c.event_id !== 3).map((c) => c.key));
+    expect(await sliceJobs(config, 'hook', ['failed'])).toEqual([]);
+
+    const dead = await h.admin.listDead({});
+    expect(dead.map((d) => d.key)).toEqual(['scheduling:3']);
+    expect(dead[0]).toMatchObject({ sink: 'hook', attempts: 1, change: changes[2] });
+    expect(dead[0]!.error).toMatch(/refused.*HTTP 422: unknown field/);
+    expect(await h.admin.listDead({ key: 'scheduling:3' })).toHaveLength(1);
+    expect(await h.admin.listDead({ key: 'scheduling:2' })).toEqual([]);
+    expect((await h.admin.counts()).hook).toEqual({ waiting: 0, active: 0, delayed: 0, failed: 0, dead: 1 });
+    expect(h.finished.filter((e) => e.outcome === 'dead').map((e) => e.key)).toEqual(['scheduling:3']);
+
+    refuse = false;
+    expect(await h.admin.retryDead({ key: 'scheduling:3' })).toBe(1);
+    await waitFor('redelivered', () => hook.keys().includes('scheduling:3'));
+    expect(hook.attempts.get('scheduling:3')).toBe(2);
+    expect(await h.admin.listDead({})).toEqual([]);
+    // A second retry of a delivered change finds nothing (the retried slice got a fresh id).
+    expect(await h.admin.retryDead({ key: 'scheduling:3' })).toBe(0);
+  });
+
+  it('turns the undelivered changes of a slice BullMQ failed itself into dead letters', async () => {
+    const config = queueConfig(redis.url, { shards: 1, attempts: 3 });
+    const producer = createBullmqProducer({
+      queue: config,
+      sinks: [{ name: 'hook', filter: ANY }],
+      saveCursor: () => undefined,
+      logger: silentLogger,
+    });
+    const admin = createBullmqAdmin({ queue: config, sinkNames: ['hook'] });
+    cleanups.push(
+      () => producer.close(),
+      () => admin.close(),
+    );
+    const changes = range(1, 5).map((id) => makeChange(id));
+    await producer.commitPage({ source: 'scheduling', changes, cursor: 5, seenAbove: [] });
+    // What BullMQ does to a slice stalled more than `attempts` times, two changes in: fail it.
+    const connection = new Redis(redis.url, { maxRetriesPerRequest: null });
+    const failing = new Worker(
+      shardQueueName('hook', 0),
+      async (job) => {
+        await job.updateProgress({ done: 2, attempts: 0 });
+        throw new Error('job stalled more than allowable limit');
+      },
+      { connection, prefix: bullPrefix(config.prefix) },
+    );
+    try {
+      await waitFor(
+        'the slice to fail',
+        async () => (await sliceJobs(config, 'hook', ['failed'])).length === 1,
+      );
+    } finally {
+      await failing.close();
+      connection.disconnect();
+    }
+    // status counts its undelivered changes as dead before anyone buried them ...
+    expect((await admin.counts()).hook!.dead).toBe(3);
+    // ... a starting delivery buries them in the dead queue (they were not delivered) ...
+    const hook = new RecordingSink();
+    const runner = createBullmqDelivery({
+      queue: config,
+      sinks: [{ name: 'hook', sink: hook }],
+      events: new PipelineEvents(),
+      logger: silentLogger,
+    });
+    cleanups.push(() => runner.stop(2_000));
+    await runner.start();
+    await waitFor(
+      'the failed slice buried',
+      async () => (await sliceJobs(config, 'hook', ['failed'])).length === 0,
+    );
+    expect(hook.delivered).toEqual([]);
+    // ... and dlq lists them as dead letters, one per change.
+    const dead = await admin.listDead({});
+    expect(dead.map((d) => d.key)).toEqual(['scheduling:3', 'scheduling:4', 'scheduling:5']);
+    expect(dead[0]!.error).toBe('job stalled more than allowable limit');
+    expect(await sliceJobs(config, 'hook', ['failed'])).toEqual([]);
+    expect((await admin.counts()).hook!.dead).toBe(3);
   });
 });
 

@@ -5,7 +5,16 @@ import { createBullmqDelivery } from '../../src/queue/bullmq/delivery.js';
 import { createBullmqProducer, type BullmqProducer } from '../../src/queue/bullmq/producer.js';
 import type { DeliveryRunner } from '../../src/queue/queue.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
-import { ANY, RecordingSink, makeChange, queueConfig, range, silentLogger, waitFor } from './support.js';
+import {
+  ANY,
+  RecordingSink,
+  makeChange,
+  queueConfig,
+  range,
+  silentLogger,
+  sliceJobs,
+  waitFor,
+} from './support.js';
 
 let redis: RedisServer;
 let inspector: Redis;
@@ -82,7 +91,7 @@ describe('bullmq producer', () => {
     expect(file.delivered[0]).toEqual(changes.find((c) => c.key === file.delivered[0]!.key));
   });
 
-  it('lays keys out under the {prefix} hash tag, one queue per sink and shard, job id = key without ":"', async () => {
+  it('lays keys out under the {prefix} hash tag, one queue per sink and shard, slice job id = first+last key+digest', async () => {
     const config = queueConfig(redis.url, { shards: 2 });
     const producer = producerFor(config, [{ name: 'hook' }], []);
     await producer.commitPage({
@@ -94,11 +103,73 @@ describe('bullmq producer', () => {
     const keys = await inspector.keys(`*${config.prefix}*`);
     expect(keys.length).toBeGreaterThan(0);
     for (const key of keys) expect(key.startsWith(`{${config.prefix}}:hook.`)).toBe(true);
-    const jobKeys = keys.filter((k) => k.endsWith(':scheduling~123457'));
+    const jobKeys = keys.filter((k) => /:scheduling~123457\+scheduling~123457\+[0-9a-f]{8}$/.test(k));
     expect(jobKeys).toHaveLength(1);
-    expect(jobKeys[0]).toMatch(new RegExp(`^\\{${config.prefix}\\}:hook\\.[01]:scheduling~123457$`));
+    expect(jobKeys[0]).toMatch(
+      new RegExp(`^\\{${config.prefix}\\}:hook\\.[01]:scheduling~123457\\+scheduling~123457\\+[0-9a-f]{8}$`),
+    );
+    const [job] = await sliceJobs(config, 'hook');
+    expect(job!.changes.map((c) => c.key)).toEqual(['scheduling:123457']);
   });
 
+  it('makes at most one job per shard and sink for a page, in feed order; a replayed page adds nothing', async () => {
+    const config = queueConfig(redis.url, { shards: 4 });
+    const producer = producerFor(config, [{ name: 'file' }, { name: 'hook' }], []);
+    // 40 changes of 12 subjects: several per subject, spread over the 4 shards.
+    const changes = range(1, 40).map((id) => makeChange(id, { subject: `s${id % 12}` }));
+    await producer.commitPage({ source: 'scheduling', changes, cursor: 40, seenAbove: [] });
+    for (const sink of ['file', 'hook']) {
+      const jobs = await sliceJobs(config, sink);
+      expect(jobs.length).toBeGreaterThan(1);
+      expect(jobs.length).toBeLessThanOrEqual(4);
+      expect(new Set(jobs.map((j) => j.queue)).size).toBe(jobs.length);
+      // Every change exactly once, each slice in feed order.
+      expect(jobs.flatMap((j) => j.changes.map((c) => c.event_id)).sort((a, b) => a - b)).toEqual(
+        range(1, 40),
+      );
+      for (const job of jobs) {
+        const ids = job.changes.map((c) => c.event_id);
+        expect(ids).toEqual([...ids].sort((a, b) => a - b));
+      }
+    }
+    const before = (await sliceJobs(config, 'file')).map((j) => j.id).sort();
+    await producer.commitPage({ source: 'scheduling', changes, cursor: 40, seenAbove: [] });
+    expect((await sliceJobs(config, 'file')).map((j) => j.id).sort()).toEqual(before);
+    // A replay whose slice differs (an event listed late) is a new job: delivered again, never dropped.
+    const late = [...changes.slice(0, 20), makeChange(1_000, { subject: 's0' }), ...changes.slice(20)];
+    await producer.commitPage({ source: 'scheduling', changes: late, cursor: 1_000, seenAbove: [] });
+    const after = await sliceJobs(config, 'file');
+    const added = after.filter((j) => !before.includes(j.id));
+    expect(added).toHaveLength(1);
+    expect(added[0]!.changes.map((c) => c.event_id)).toContain(1_000);
+  });
+
+  it('estimates the backlog in changes from queued slices (no worker running)', async () => {
+    const config = queueConfig(redis.url, { shards: 4 });
+    const producer = producerFor(
+      config,
+      [{ name: 'all' }, { name: 'rules', filter: { ...ANY, resource_types: ['rule'] } }],
+      [],
+    );
+    expect(await producer.maxBacklog()).toBe(0);
+    let queuedChanges = 0;
+    for (let page = 0; page < 3; page++) {
+      const changes = range(page * 50 + 1, 50).map((id) =>
+        makeChange(id, {
+          subject: `s${id % 17}`,
+          eventType: id % 10 === 0 ? 'rule_updated' : 'title_updated',
+        }),
+      );
+      await producer.commitPage({ source: 'scheduling', changes, cursor: page * 50 + 50, seenAbove: [] });
+      queuedChanges += changes.length;
+      await new Promise((r) => setTimeout(r, 1_050)); // past the answer cache
+      const jobs = (await sliceJobs(config, 'all', ['wait'])).length;
+      expect(jobs).toBeLessThan(queuedChanges);
+      const estimate = await producer.maxBacklog();
+      expect(estimate).toBeGreaterThanOrEqual(queuedChanges * 0.9);
+      expect(estimate).toBeLessThanOrEqual(queuedChanges * 1.1);
+    }
+  });
   it('re-adding the same page (crash replay) creates no duplicate job and no duplicate delivery', async () => {
     const config = queueConfig(redis.url);
     const saved: string[] = [];
@@ -225,16 +296,20 @@ describe('bullmq producer', () => {
     expect(saved).toEqual([]);
   });
 
-  it('does not save the cursor when saving is attempted after a failed add (error names the source)', async () => {
-    const config = queueConfig(redis.url);
+  it('does not save the cursor when one add of the page fails (error names the source)', async () => {
+    const config = queueConfig(redis.url, { shards: 1 });
     const saved: string[] = [];
-    const producer = producerFor(config, [{ name: 'file' }], saved);
-    const bad = makeChange(5);
-    // A key that is a bare integer is rejected by BullMQ as a job id: the add fails, the page fails.
-    bad.key = '12345';
+    const producer = producerFor(config, [{ name: 'file' }, { name: 'hook' }], saved);
+    // Redis refuses writes to hook's shard: its events stream key holds a string (WRONGTYPE).
+    await inspector.set(`{${config.prefix}}:hook.0:events`, 'not a stream');
     await expect(
-      producer.commitPage({ source: 'scheduling', changes: [makeChange(4), bad], cursor: 5, seenAbove: [] }),
-    ).rejects.toThrow(/source scheduling/);
+      producer.commitPage({
+        source: 'scheduling',
+        changes: [makeChange(4), makeChange(5)],
+        cursor: 5,
+        seenAbove: [],
+      }),
+    ).rejects.toThrow(/cannot queue page of source scheduling \(cursor 5\)/);
     expect(saved).toEqual([]);
   });
 });

@@ -1,4 +1,7 @@
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bullPrefix, shardQueueName } from '../../src/queue/bullmq/names.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
 import {
   RecordingSink,
@@ -57,6 +60,31 @@ describe('bullmq with a Redis restart', () => {
     } finally {
       await producer.close();
       await runner.stop(5_000);
+    }
+  });
+
+  it('a slice taken again after a crash resumes from its recorded progress, not from its start', async () => {
+    const config = queueConfig(redis.url, { shards: 1 });
+    const producer = producerFor(config, 'file');
+    const changes = range(1, 6).map((id) => makeChange(id));
+    const connection = new Redis(redis.url);
+    const queue = new Queue(shardQueueName('file', 0), { connection, prefix: bullPrefix(config.prefix) });
+    const sink = new RecordingSink();
+    const runner = deliveryFor(config, 'file', sink);
+    try {
+      await producer.commitPage({ source: 'scheduling', changes, cursor: 6, seenAbove: [] });
+      // What a worker killed after a failure of change 3 (index 2) leaves behind.
+      const [job] = await queue.getJobs(['wait']);
+      await job!.updateProgress({ done: 2, attempts: 1 });
+      await runner.start();
+      await waitFor('the rest delivered', () => sink.delivered.length >= 4);
+      await new Promise((r) => setTimeout(r, 200));
+      expect(sink.keys()).toEqual(changes.slice(2).map((c) => c.key));
+    } finally {
+      await runner.stop(2_000);
+      await producer.close();
+      await queue.close();
+      connection.disconnect();
     }
   });
 });

@@ -9,6 +9,7 @@ import {
   producerFor,
   queueConfig,
   range,
+  sliceJobs,
   waitFor,
 } from './support.js';
 
@@ -56,17 +57,49 @@ describe('bullmq delivery stop()', () => {
     await runner.stop(1_500); // idempotent
     await waitFor('connections closed', async () => (await clientCount()) === baseline, 3_000);
 
-    // The in-flight change was handed back, not lost and not dead: all 6 still wait for delivery.
+    // The in-flight slices were handed back, not lost and not dead: all 6 changes still wait.
+    const waiting = await sliceJobs(config, 'slow', ['wait']);
+    expect(waiting.flatMap((j) => j.changes.map((c) => c.key)).sort()).toEqual(
+      changes.map((c) => c.key).sort(),
+    );
     const admin = createBullmqAdmin({ queue: config, sinkNames: ['slow'] });
     try {
       const counts = (await admin.counts()).slow!;
       expect(counts.dead).toBe(0);
-      expect(counts.waiting).toBe(6);
+      expect(counts.waiting).toBe(waiting.length);
       expect(counts.active).toBe(0);
     } finally {
       await admin.close();
     }
     expect(sink.delivered).toEqual([]);
+  });
+
+  it('a stop mid-slice hands back the rest with its progress; the next runner resumes there', async () => {
+    const config = queueConfig(redis.url, { shards: 1, concurrency: 1 });
+    const first = new RecordingSink({ latencyMs: () => 100 });
+    const runner = deliveryFor(config, 'file', first);
+    const producer = producerFor(config, 'file');
+    const changes = range(1, 10).map((id) => makeChange(id));
+    try {
+      await producer.commitPage({ source: 'scheduling', changes, cursor: 10, seenAbove: [] });
+      await runner.start();
+      await waitFor('3 deliveries', () => first.delivered.length >= 3);
+      await runner.stop(5_000);
+      const done = first.delivered.length;
+      expect(done).toBeLessThan(10);
+      expect(first.keys()).toEqual(changes.slice(0, done).map((c) => c.key));
+      const [slice] = await sliceJobs(config, 'file', ['wait']);
+      expect(slice!.progress).toEqual({ done, attempts: 0 });
+
+      const second = new RecordingSink();
+      const next = deliveryFor(config, 'file', second);
+      await next.start();
+      await waitFor('the rest delivered', () => second.delivered.length >= 10 - done);
+      await next.stop(2_000);
+      expect(second.keys()).toEqual(changes.slice(done).map((c) => c.key));
+    } finally {
+      await producer.close();
+    }
   });
 
   it('stop() before start() resolves at once', async () => {

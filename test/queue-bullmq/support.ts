@@ -1,5 +1,7 @@
 // Helpers for the BullMQ driver tests: changes, recording sinks, a config per test.
 import { randomUUID } from 'node:crypto';
+import { Queue, type JobType } from 'bullmq';
+import { Redis } from 'ioredis';
 import { pino, type Logger } from 'pino';
 import type { QueueConfig, SinkFilter } from '../../src/config/types.js';
 import { NeverError, RetryLaterError } from '../../src/errors.js';
@@ -7,6 +9,7 @@ import type { Change } from '../../src/pipeline/change.types.js';
 import { PipelineEvents } from '../../src/pipeline/events.js';
 import { createBullmqDelivery } from '../../src/queue/bullmq/delivery.js';
 import { createBullmqProducer, type BullmqProducer } from '../../src/queue/bullmq/producer.js';
+import type { ChangeSlice } from '../../src/queue/bullmq/slice.js';
 import type { DeliveryRunner } from '../../src/queue/queue.js';
 import type { Sink } from '../../src/sinks/sink.js';
 
@@ -76,21 +79,27 @@ export class RecordingSink implements Sink {
   readonly delivered: Change[] = [];
   readonly attempts = new Map<string, number>();
   readonly overlaps: string[] = [];
-  private readonly inFlight = new Map<string, number>();
+  protected readonly inFlight = new Map<string, number>();
   closed = false;
 
   constructor(
-    private readonly plan: { fail?: FailurePlan; latencyMs?: () => number } = {},
+    protected readonly plan: { fail?: FailurePlan; latencyMs?: () => number } = {},
     /** Shared between sinks standing for the same sink in different processes. */
-    private readonly shared?: { inFlight: Map<string, number>; overlaps: string[]; log: Change[] },
+    protected readonly shared?: SharedRecord,
   ) {}
 
-  async deliver(change: Change): Promise<void> {
+  /** Mark the change's subject in flight (recording an overlap if it already was); returns the unmark. */
+  protected enter(change: Change): () => void {
     const subject = change.subject_url ?? change.key;
     const inFlight = this.shared?.inFlight ?? this.inFlight;
     const overlaps = this.shared?.overlaps ?? this.overlaps;
     if ((inFlight.get(subject) ?? 0) > 0) overlaps.push(`${subject} (${change.key})`);
     inFlight.set(subject, (inFlight.get(subject) ?? 0) + 1);
+    return () => inFlight.set(subject, (inFlight.get(subject) ?? 1) - 1);
+  }
+
+  async deliver(change: Change): Promise<void> {
+    const leave = this.enter(change);
     try {
       const attempt = (this.attempts.get(change.key) ?? 0) + 1;
       this.attempts.set(change.key, attempt);
@@ -101,7 +110,7 @@ export class RecordingSink implements Sink {
       this.delivered.push(change);
       this.shared?.log.push(change);
     } finally {
-      inFlight.set(subject, (inFlight.get(subject) ?? 1) - 1);
+      leave();
     }
   }
 
@@ -111,6 +120,49 @@ export class RecordingSink implements Sink {
 
   async close(): Promise<void> {
     this.closed = true;
+  }
+}
+
+export interface SharedRecord {
+  inFlight: Map<string, number>;
+  overlaps: string[];
+  log: Change[];
+}
+
+/**
+ * A RecordingSink that also takes batches (like the jsonl and sqlite sinks): records every batch,
+ * notes any batch holding two changes of one subject, and can be told to fail a batch as a whole.
+ */
+export class BatchRecordingSink extends RecordingSink {
+  readonly batches: Change[][] = [];
+  readonly sameSubjectBatches: string[][] = [];
+
+  constructor(
+    private readonly batchPlan: {
+      fail?: FailurePlan;
+      latencyMs?: () => number;
+      failBatch?: (batch: Change[]) => Error | undefined;
+    } = {},
+    shared?: SharedRecord,
+  ) {
+    super({ fail: batchPlan.fail, latencyMs: batchPlan.latencyMs }, shared);
+  }
+
+  async deliverBatch(changes: Change[]): Promise<void> {
+    this.batches.push(changes);
+    const subjects = changes.map((c) => c.subject_url ?? c.key);
+    if (new Set(subjects).size !== subjects.length) this.sameSubjectBatches.push(changes.map((c) => c.key));
+    const leave = changes.map((c) => this.enter(c));
+    try {
+      const latency = this.batchPlan.latencyMs?.() ?? 0;
+      if (latency > 0) await new Promise((r) => setTimeout(r, latency));
+      const failure = this.batchPlan.failBatch?.(changes);
+      if (failure) throw failure;
+      this.delivered.push(...changes);
+      this.shared?.log.push(...changes);
+    } finally {
+      for (const l of leave) l();
+    }
   }
 }
 
@@ -153,4 +205,29 @@ export function producerFor(config: QueueConfig, name: string): BullmqProducer {
     saveCursor: () => undefined,
     logger: silentLogger,
   });
+}
+
+/** The slice jobs of every shard queue of a sink in Redis (any state), with their data. */
+export async function sliceJobs(
+  config: QueueConfig,
+  sink: string,
+  states: JobType[] = ['wait', 'active', 'delayed', 'completed', 'failed'],
+): Promise<{ queue: string; id: string; changes: Change[]; progress: unknown }[]> {
+  const found: { queue: string; id: string; changes: Change[]; progress: unknown }[] = [];
+  const connection = new Redis(config.redis_url!);
+  try {
+    for (let shard = 0; shard < config.shards; shard++) {
+      const queue = new Queue<ChangeSlice>(`${sink}.${shard}`, { connection, prefix: `{${config.prefix}}` });
+      try {
+        for (const job of await queue.getJobs(states, 0, -1, true))
+          if (job)
+            found.push({ queue: queue.name, id: job.id!, changes: job.data.changes, progress: job.progress });
+      } finally {
+        await queue.close();
+      }
+    }
+  } finally {
+    connection.disconnect();
+  }
+  return found;
 }

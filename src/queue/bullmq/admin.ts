@@ -1,15 +1,16 @@
-// `status` and `dlq` for the BullMQ driver. A sink's numbers are summed over its shard queues; its
-// dead-letter list is the union of their failed sets.
+// `status` and `dlq` for the BullMQ driver. A sink's queue numbers are summed over its shard
+// queues; its dead letters are the jobs of its dead queue `<sink>.dead`, one per change.
 import { Queue, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { pino, type Logger } from 'pino';
 import type { QueueConfig } from '../../config/types.js';
 import { FeedsyncError, errorMessage } from '../../errors.js';
-import type { Change } from '../../pipeline/change.types.js';
 import type { DeadLetter, DeadLetterFilter, QueueAdmin, SinkJobCounts } from '../queue.js';
-import { attemptsOf } from './attempts.js';
-import { assertSinkName, bullPrefix, jobIdForKey, shardIndexes, shardQueueName } from './names.js';
+import { progressOf } from './attempts.js';
+import { buryFailedSlices, openDeadQueue, undeliveredOf, type DeadChange } from './dead-letters.js';
+import { assertSinkName, bullPrefix, jobIdForKey, shardIndexes, shardOf, shardQueueName } from './names.js';
 import { closeRedis, createRedisConnection, redactRedisUrl, requireRedisUrl } from './redis.js';
+import { retrySliceJobId, sliceJobOptions, type ChangeSlice } from './slice.js';
 
 export interface BullmqAdminOptions {
   queue: QueueConfig;
@@ -23,6 +24,11 @@ export interface BullmqAdminOptions {
 
 export type BullmqAdmin = QueueAdmin & { close(): Promise<void> };
 
+interface SinkQueues {
+  shards: Queue<ChangeSlice>[];
+  dead: Queue<DeadChange>;
+}
+
 const DEFAULT_LIST_LIMIT = 100;
 const DEFAULT_TIMEOUT_MS = 10_000;
 
@@ -32,21 +38,22 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
   const ownConnection = !opts.connection;
   const connection = opts.connection ?? createRedisConnection(requireRedisUrl(opts.queue), 'admin', logger);
   const prefix = bullPrefix(opts.queue.prefix);
-  const queuesBySink = new Map<string, Queue<Change>[]>();
+  const jobOptions = sliceJobOptions(opts.queue);
+  const queuesBySink = new Map<string, SinkQueues>();
   for (const sink of opts.sinkNames) {
-    queuesBySink.set(
-      sink,
-      shardIndexes(opts.queue.shards).map((shard) => {
-        const queue = new Queue<Change>(shardQueueName(sink, shard), { connection, prefix });
+    queuesBySink.set(sink, {
+      shards: shardIndexes(opts.queue.shards).map((shard) => {
+        const queue = new Queue<ChangeSlice>(shardQueueName(sink, shard), { connection, prefix });
         // Failures reach callers as rejections; this only keeps BullMQ from printing each one.
         queue.on('error', (err: Error) => logger.debug({ sink, err: errorMessage(err) }, 'queue error'));
         return queue;
       }),
-    );
+      dead: openDeadQueue(sink, connection, prefix, logger),
+    });
   }
   let closed: Promise<void> | undefined;
 
-  function selectSinks(filter: DeadLetterFilter): [string, Queue<Change>[]][] {
+  function selectSinks(filter: DeadLetterFilter): [string, SinkQueues][] {
     if (filter.sink === undefined) return [...queuesBySink];
     const queues = queuesBySink.get(filter.sink);
     if (!queues) {
@@ -58,51 +65,57 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
     return [[filter.sink, queues]];
   }
 
-  /** Dead jobs of one shard queue matching the filter; `limit` undefined = all. */
+  /** Dead letters of one sink matching the filter, oldest first; `limit` undefined = all. */
   async function deadJobs(
-    queue: Queue<Change>,
+    dead: Queue<DeadChange>,
     filter: DeadLetterFilter,
     limit?: number,
-  ): Promise<Job<Change>[]> {
+  ): Promise<Job<DeadChange>[]> {
     if (filter.key !== undefined) {
-      // A key lives in exactly one shard, but which one depends on its subject: look in each.
-      const job = await queue.getJob(jobIdForKey(filter.key));
-      return job && (await job.isFailed()) ? [job] : [];
+      const job = await dead.getJob(jobIdForKey(filter.key));
+      return job ? [job] : [];
     }
     const end = limit === undefined ? -1 : limit - 1;
-    const jobs = await queue.getJobs(['failed'], 0, end, true);
-    return jobs.filter((job): job is Job<Change> => Boolean(job));
+    const jobs = await dead.getJobs(['wait'], 0, end, true);
+    return jobs.filter((job): job is Job<DeadChange> => Boolean(job));
   }
 
   async function matching(
     filter: DeadLetterFilter,
     limit?: number,
-  ): Promise<{ sink: string; job: Job<Change> }[]> {
-    const found: { sink: string; job: Job<Change> }[] = [];
+  ): Promise<{ sink: string; job: Job<DeadChange>; queues: SinkQueues }[]> {
+    const found: { sink: string; job: Job<DeadChange>; queues: SinkQueues }[] = [];
     for (const [sink, queues] of selectSinks(filter)) {
-      for (const queue of queues) {
-        for (const job of await deadJobs(queue, filter, limit)) found.push({ sink, job });
-      }
+      // Slices BullMQ failed whose worker died before burying their changes: bury them now, so
+      // every dead change is in one place.
+      for (const shard of queues.shards) await buryFailedSlices(shard, queues.dead, logger);
+      for (const job of await deadJobs(queues.dead, filter, limit)) found.push({ sink, job, queues });
     }
-    found.sort((a, b) => (a.job.finishedOn ?? 0) - (b.job.finishedOn ?? 0));
+    found.sort((a, b) => a.job.data.failedAt - b.job.data.failedAt);
     return limit === undefined ? found : found.slice(0, limit);
   }
 
+  /** waiting, active and delayed count JOBS, i.e. slices of up to a page of changes each. */
   async function counts(): Promise<Record<string, SinkJobCounts>> {
     const result: Record<string, SinkJobCounts> = {};
     for (const [sink, queues] of queuesBySink) {
       const total: SinkJobCounts = { waiting: 0, active: 0, delayed: 0, failed: 0, dead: 0 };
-      for (const queue of queues) {
+      for (const queue of queues.shards) {
         const c = await queue.getJobCounts('wait', 'active', 'delayed', 'failed');
         total.waiting += c.wait ?? 0;
         total.active += c.active ?? 0;
         total.delayed += c.delayed ?? 0;
-        total.dead += c.failed ?? 0;
-        // A change waiting for its next attempt stays at the head of its shard (see delivery.ts), so
+        // A slice waiting for its next attempt stays at the head of its shard (see delivery.ts), so
         // peeking at the one job per shard that moves next finds all of them.
         const [head] = await queue.getJobs(['wait'], 0, 0, true);
-        if (head && attemptsOf(head) > 0) total.failed += 1;
+        if (head && progressOf(head).attempts > 0) total.failed += 1;
+        // Failed slices not yet buried (their worker died first) are dead changes all the same.
+        if ((c.failed ?? 0) > 0) {
+          for (const job of await queue.getJobs(['failed'], 0, -1, true))
+            if (job) total.dead += undeliveredCount(job);
+        }
       }
+      total.dead += (await queues.dead.getJobCounts('wait')).wait ?? 0;
       result[sink] = total;
     }
     return result;
@@ -112,20 +125,25 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
     const found = await matching(filter, Math.max(1, limit));
     return found.map(({ sink, job }) => ({
       sink,
-      key: job.data.key,
-      change: job.data,
-      attempts: attemptsOf(job) || job.attemptsMade,
-      error: job.failedReason ?? '',
-      failedAt: job.finishedOn ?? 0,
+      key: job.data.change.key,
+      change: job.data.change,
+      attempts: job.data.attempts,
+      error: job.data.error,
+      failedAt: job.data.failedAt,
     }));
   }
 
+  /**
+   * Each change goes back as a one-change slice at the TAIL of its shard, with a fresh set of
+   * attempts (the operator decided the cause is fixed), and only then leaves the dead queue.
+   */
   async function retryDead(filter: DeadLetterFilter): Promise<number> {
     let retried = 0;
-    for (const { job } of await matching(filter)) {
-      // A fresh set of attempts: the operator decided the cause is fixed.
-      await job.updateProgress(0);
-      await job.retry('failed');
+    for (const { job, queues } of await matching(filter)) {
+      const change = job.data.change;
+      const shard = queues.shards[shardOf(change, queues.shards.length)]!;
+      await shard.add('slice', { changes: [change] }, { ...jobOptions, jobId: retrySliceJobId(change) });
+      await job.remove();
       retried++;
     }
     return retried;
@@ -142,7 +160,9 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
 
   function close(): Promise<void> {
     closed ??= (async () => {
-      await Promise.allSettled([...queuesBySink.values()].flat().map((q) => q.close()));
+      await Promise.allSettled(
+        [...queuesBySink.values()].flatMap((q) => [...q.shards, q.dead]).map((q) => q.close()),
+      );
       if (ownConnection) await closeRedis(connection);
     })();
     return closed;
@@ -178,4 +198,13 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
     dropDead: bounded('dlq drop', dropDead),
     close,
   };
+}
+
+/** A failed job that is not a slice counts as one (it stays in Redis; see buryFailedSlices). */
+function undeliveredCount(job: Job): number {
+  try {
+    return undeliveredOf(job).length;
+  } catch {
+    return 1;
+  }
 }

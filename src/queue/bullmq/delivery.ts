@@ -1,38 +1,51 @@
-// The BullMQ delivery side: one Worker per sink shard queue, delivering changes to sinks.
+// The BullMQ delivery side: one Worker per sink shard queue, delivering slices (one job = the
+// changes of one page for that sink and shard, slice.ts) to sinks; slice-delivery.ts does one job.
 //
-// Order. Every shard queue has GLOBAL concurrency 1, so cluster-wide at most one change per shard
-// is in flight, and a subject always maps to the same shard: per-subject order holds across any
-// number of `feedsync work` processes. In-flight deliveries per sink are therefore bounded by
-// `queue.shards` cluster-wide (and per process); `queue.concurrency` further caps, per process,
-// how many of a sink's shards deliver at once (a semaphore shared by that sink's workers).
+// Order. Every shard queue has GLOBAL concurrency 1, so cluster-wide at most one slice per shard
+// is in flight, a slice is delivered in feed order, and a subject always maps to the same shard:
+// per-subject order holds across any number of `feedsync work` processes. In-flight slices per
+// sink are therefore bounded by `queue.shards` cluster-wide (and per process); `queue.concurrency`
+// further caps, per process, how many of a sink's shards deliver at once (a semaphore shared by
+// that sink's workers). A sink with deliverBatch gets runs of a slice in one call (never two
+// changes of one subject in a call); after a failed batch the job goes on one change at a time.
+//
+// Progress. The job's progress is `{ done, attempts }` (attempts.ts): the delivered prefix of the
+// slice and the attempts spent on change `done`. It is written only when a delivery fails, when a
+// change is dead-lettered and on hand-back, not after each success: a process killed mid-slice
+// restarts it from the last recorded `done`, delivering some changes again (same keys; allowed),
+// never skipping one.
 //
 // Retries. BullMQ's own backoff would move a failed job to "delayed" and let the shard carry on with
-// the NEXT job, possibly of the same subject. So a retry-later failure instead keeps the job at the
-// head of its shard: we record the attempt count in the job's progress (the job data stays the
-// change), rate-limit the shard queue for the backoff delay and throw RateLimitError. BullMQ's
-// Worker.handleFailed then calls moveJobFromActiveToWait, which RPUSHes the id back onto the end
-// of the wait list that moveToActive pops from (RPOPLPUSH), while new jobs are LPUSHed at the other
-// end: the job is the next one taken, without consuming a BullMQ attempt, once the limiter key
-// expires. The limiter key is only honoured when a limiter `max` is configured
-// (getRateLimitTTL.lua), hence the effectively unlimited limiter below.
+// the NEXT job, possibly of the same subject. So a retry-later failure of change i instead keeps the
+// job at the head of its shard: we record `{ done: i, attempts: n }` in the job's progress (the job
+// data stays the slice), rate-limit the shard queue for the backoff delay and throw RateLimitError.
+// BullMQ's Worker.handleFailed then calls moveJobFromActiveToWait, which RPUSHes the id back onto
+// the end of the wait list that moveToActive pops from (RPOPLPUSH), while new jobs are LPUSHed at
+// the other end: the job is the next one taken, without consuming a BullMQ attempt, once the
+// limiter key expires, and it resumes at change i. The limiter key is only honoured when a limiter
+// `max` is configured (getRateLimitTTL.lua), hence the effectively unlimited limiter below. A stop
+// uses the same move: the slice is handed back (RateLimitError) between changes or, at the
+// deadline, in the middle of a sink call.
 //
-// Dead letters. When our attempt count reaches `queue.attempts`, or the sink throws NeverError, the
-// processor throws UnrecoverableError: the job lands in the failed set, which is never trimmed
-// (removeOnFail: false) and is the sink's dead-letter list.
-import { Queue, RateLimitError, UnrecoverableError, Worker, type Job } from 'bullmq';
+// Dead letters. When change i reaches `queue.attempts`, or the sink throws NeverError, the change
+// alone goes to the sink's dead queue `<sink>.dead` (dead-letters.ts), progress becomes
+// `{ done: i + 1, attempts: 0 }` and the slice carries on; it completes normally at its end. A slice
+// that BullMQ fails itself (stalled more than `queue.attempts` times, or an unexpected error) lands
+// in the shard's failed set; its undelivered changes are then buried in the dead queue too.
+import { Queue, RateLimitError, Worker, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { sleep } from '../../backoff.js';
 import type { QueueConfig } from '../../config/types.js';
 import { errorMessage } from '../../errors.js';
-import type { Change } from '../../pipeline/change.types.js';
 import type { PipelineEvents } from '../../pipeline/events.js';
-import { afterRetryableFailure, classifyFailure } from '../delivery-policy.js';
 import type { DeliveryRunner, SinkRuntime } from '../queue.js';
-import { attemptsOf } from './attempts.js';
+import { buryFailedSlice, buryFailedSlices, openDeadQueue, type DeadChange } from './dead-letters.js';
+import { settledWithin } from './hand-back.js';
 import { assertSinkName, bullPrefix, shardIndexes, shardQueueName } from './names.js';
 import { closeRedis, createRedisConnection, requireRedisUrl } from './redis.js';
 import { Semaphore, SemaphoreClosedError } from './semaphore.js';
+import { deliverSlice, type SliceDeliveryContext } from './slice-delivery.js';
+import type { ChangeSlice } from './slice.js';
 
 export interface BullmqDeliveryOptions {
   queue: QueueConfig;
@@ -45,7 +58,7 @@ export interface BullmqDeliveryOptions {
 const UNLIMITED = { max: 1_000_000_000, duration: 1_000 };
 
 interface ShardWorker {
-  worker: Worker<Change>;
+  worker: Worker<ChangeSlice>;
   /** worker.run(): settles when the worker has closed. */
   running: Promise<void>;
 }
@@ -59,14 +72,13 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
   const stopRequested = new AbortController();
   const semaphores = new Map<string, Semaphore>();
   const shardWorkers: ShardWorker[] = [];
-  const queues: Queue<Change>[] = [];
+  const queues: Queue[] = [];
   let connection: Redis | undefined;
   let started: Promise<void> | undefined;
   let stopping: Promise<void> | undefined;
 
-  function processorFor(runtime: SinkRuntime, queue: Queue<Change>, semaphore: Semaphore, logger: Logger) {
-    return async (job: Job<Change>): Promise<void> => {
-      const change = job.data;
+  function processorFor(ctx: SliceDeliveryContext, semaphore: Semaphore) {
+    return async (job: Job<ChangeSlice>): Promise<void> => {
       let release: () => void;
       try {
         release = await semaphore.acquire();
@@ -75,81 +87,35 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
         throw err;
       }
       try {
-        await deliverOnce(runtime, queue, job, change, logger);
+        await deliverSlice(ctx, job);
       } finally {
         release();
       }
     };
   }
 
-  async function deliverOnce(
-    runtime: SinkRuntime,
-    queue: Queue<Change>,
-    job: Job<Change>,
-    change: Change,
-    logger: Logger,
-  ): Promise<void> {
-    if (handBack.signal.aborted) throw new RateLimitError();
-    const key = change.key;
-    const started = performance.now();
-    const seconds = (): number => (performance.now() - started) / 1000;
+  /** A slice BullMQ failed itself: its undelivered changes become dead letters (see above). */
+  async function buryFailed(ctx: SliceDeliveryContext, job: Job): Promise<void> {
     try {
-      await raceHandBack(runtime.sink.deliver(change), handBack.signal);
-    } catch (err) {
-      if (err instanceof HandedBack) throw new RateLimitError();
-      const failure = classifyFailure(err);
-      const next =
-        failure.kind === 'never'
-          ? { attempts: attemptsOf(job) + 1, delayMs: 0 }
-          : afterRetryableFailure(failure, attemptsOf(job), config);
-      const attempts = next.attempts;
-      if (failure.kind === 'never' || attempts >= config.attempts) {
-        await recordAttempts(job, attempts, logger);
+      const buried = await buryFailedSlice(job, ctx.deadQueue);
+      for (const change of buried) {
         opts.events.emit('delivery:finished', {
-          sink: runtime.name,
+          sink: ctx.runtime.name,
           outcome: 'dead',
-          durationSeconds: seconds(),
-          key,
-          error: err,
+          // No sink call was made here: nothing to time (metrics skip a non-finite duration).
+          durationSeconds: Number.NaN,
+          key: change.key,
+          error: new Error(job.failedReason),
         });
-        const why =
-          failure.kind === 'never' ? 'sink refused the change' : `gave up after ${attempts} attempts`;
-        logger.warn({ key, attempts, err: errorMessage(err) }, `delivery dead-lettered: ${why}`);
-        throw new UnrecoverableError(`sink ${runtime.name}: ${why}: ${errorMessage(err)}`);
       }
-      const delay = next.delayMs;
-      opts.events.emit('delivery:finished', {
-        sink: runtime.name,
-        outcome: 'retry',
-        durationSeconds: seconds(),
-        key,
-        error: err,
-      });
-      logger.info({ key, attempts, delayMs: delay, err: errorMessage(err) }, 'delivery failed; will retry');
-      try {
-        await job.updateProgress(attempts);
-        await queue.rateLimit(delay);
-      } catch (bookkeeping) {
-        // Without the limiter key the shard would retry at once; wait here instead (the worker keeps
-        // renewing the job lock meanwhile). The attempt may go uncounted: Redis is failing anyway.
-        logger.warn(
-          { key, err: errorMessage(bookkeeping) },
-          'cannot record retry in redis; waiting in-process',
-        );
-        await sleep(delay, handBack.signal);
-      }
-      throw new RateLimitError();
+      ctx.logger.error(
+        { job: job.id, changes: buried.length, err: job.failedReason },
+        'slice failed; its undelivered changes are dead-lettered',
+      );
+    } catch (err) {
+      // It stays in the failed set; `dlq` buries it on its next look, and `status` counts it as dead.
+      ctx.logger.error({ job: job.id, err: errorMessage(err) }, 'cannot dead-letter a failed slice');
     }
-    const occurredAt = Date.parse(change.occurred_at);
-    opts.events.emit('delivery:finished', {
-      sink: runtime.name,
-      outcome: 'ok',
-      durationSeconds: seconds(),
-      endToEndSeconds: Number.isFinite(occurredAt)
-        ? Math.max(0, (Date.now() - occurredAt) / 1000)
-        : undefined,
-      key,
-    });
   }
 
   /**
@@ -172,24 +138,40 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
       const semaphore = new Semaphore(config.concurrency);
       semaphores.set(runtime.name, semaphore);
       const logger = opts.logger.child({ sink: runtime.name });
+      const deadQueue: Queue<DeadChange> = openDeadQueue(runtime.name, connection, prefix, logger);
+      queues.push(deadQueue);
       for (const shard of shardIndexes(config.shards)) {
         // stop() may come while we wait for Redis here: start no more workers then.
         if (stopRequested.signal.aborted) return;
         const name = shardQueueName(runtime.name, shard);
-        const queue = new Queue<Change>(name, { connection, prefix });
-        queue.on('error', (err: Error) =>
+        const shardQueue = new Queue<ChangeSlice>(name, { connection, prefix });
+        shardQueue.on('error', (err: Error) =>
           logger.debug({ queue: name, err: errorMessage(err) }, 'queue error'),
         );
-        queues.push(queue);
-        await queue.setGlobalConcurrency(1);
+        queues.push(shardQueue);
+        await shardQueue.setGlobalConcurrency(1);
+        // Slices failed while no worker was around to bury them (the process died first).
+        await buryFailedSlices(shardQueue, deadQueue, logger).catch((err: unknown) =>
+          logger.warn({ queue: name, err: errorMessage(err) }, 'cannot look for failed slices'),
+        );
         if (stopRequested.signal.aborted) return;
-        const worker = new Worker<Change>(name, processorFor(runtime, queue, semaphore, logger), {
+        const ctx: SliceDeliveryContext = {
+          runtime,
+          shardQueue,
+          deadQueue,
+          config,
+          events: opts.events,
+          logger,
+          stopping: stopRequested.signal,
+          handBack: handBack.signal,
+        };
+        const worker = new Worker<ChangeSlice>(name, processorFor(ctx, semaphore), {
           connection,
           prefix,
           concurrency: 1,
           autorun: false,
           limiter: UNLIMITED,
-          // A stall (process killed mid-delivery) counts like a failed attempt.
+          // A stall (process killed mid-slice) counts like a failed attempt of the slice.
           maxStalledCount: config.attempts,
           // A killed worker's job blocks its whole shard (global concurrency 1) until it is found
           // stalled: lock 10 s (renewed every 5 s while a delivery runs) and a check every 5 s
@@ -200,6 +182,9 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
         worker.on('error', (err: Error) =>
           logger.warn({ queue: name, err: errorMessage(err) }, 'worker error'),
         );
+        worker.on('failed', (job: Job | undefined) => {
+          if (job) void buryFailed(ctx, job);
+        });
         const running = worker.run().catch((err: unknown) => {
           logger.error({ queue: name, err: errorMessage(err) }, 'worker stopped with an error');
         });
@@ -216,6 +201,7 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
     stopping ??= (async () => {
       const deadline = Date.now() + Math.max(0, timeoutMs);
       const left = (): number => Math.max(0, deadline - Date.now());
+      // Slices in flight stop after the change they are delivering and are handed back.
       stopRequested.abort();
       for (const semaphore of semaphores.values()) semaphore.close();
       // Leave a little of the budget for handing back in-flight deliveries and closing connections.
@@ -224,71 +210,22 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
         Math.max(0, left() - Math.min(1_000, left() / 4)),
       );
       // start() may still be waiting for an unreachable Redis; it checks `stopRequested` between steps.
-      const startSettled = await withDeadline(started?.catch(() => undefined) ?? Promise.resolve(), left());
+      const startSettled = await settledWithin(started ?? Promise.resolve(), left());
       const graceful =
         startSettled &&
-        (await withDeadline(Promise.allSettled(shardWorkers.map((s) => s.worker.close())), left()));
+        (await settledWithin(Promise.allSettled(shardWorkers.map((s) => s.worker.close())), left()));
       clearTimeout(handBackTimer);
       handBack.abort();
       if (!graceful) {
         opts.logger.warn({ timeoutMs }, 'bullmq delivery did not stop in time; disconnecting');
         await Promise.allSettled(shardWorkers.map((s) => s.worker.disconnect()));
       }
-      await withDeadline(Promise.allSettled(queues.map((q) => q.close())), 1_000);
+      await settledWithin(Promise.allSettled(queues.map((q) => q.close())), 1_000);
       if (connection) await closeRedis(connection);
-      await withDeadline(Promise.allSettled(shardWorkers.map((s) => s.running)), 1_000);
+      await settledWithin(Promise.allSettled(shardWorkers.map((s) => s.running)), 1_000);
     })();
     return stopping;
   }
 
   return { start, stop };
-}
-
-class HandedBack extends Error {}
-
-/** Resolve/reject with `work`, or reject with HandedBack once `signal` aborts (work keeps running). */
-function raceHandBack<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) {
-    work.catch(() => undefined);
-    return Promise.reject(new HandedBack());
-  }
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = (): void => {
-      // The sink's promise settles later on its own; nobody is listening any more.
-      work.catch(() => undefined);
-      reject(new HandedBack());
-    };
-    signal.addEventListener('abort', onAbort, { once: true });
-    work.then(
-      (value) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(value);
-      },
-      (err: unknown) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(err);
-      },
-    );
-  });
-}
-
-async function recordAttempts(job: Job<Change>, attempts: number, logger: Logger): Promise<void> {
-  try {
-    await job.updateProgress(attempts);
-  } catch (err) {
-    logger.warn({ key: job.data.key, err: errorMessage(err) }, 'cannot record attempt count in redis');
-  }
-}
-
-/** true when `work` settled within ms, false on timeout (work keeps running). */
-async function withDeadline(work: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<false>((resolve) => {
-    timer = setTimeout(() => resolve(false), ms);
-  });
-  try {
-    return await Promise.race([work.then(() => true as const), timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
 }

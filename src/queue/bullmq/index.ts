@@ -18,4 +18,14 @@ export {
   requireRedisUrl,
   type RedisRole,
 } from './redis.js';
-export { bullPrefix, jobIdForKey, keyForJobId, shardOf, shardQueueName, sourceLockKey } from './names.js';
+export {
+  bullPrefix,
+  deadQueueName,
+  jobIdForKey,
+  keyForJobId,
+  shardOf,
+  shardQueueName,
+  sourceLockKey,
+} from './names.js';
+export { changesOf, sliceJobId, type ChangeSlice } from './slice.js';
+export type { DeadChange } from './dead-letters.js';

@@ -1,5 +1,6 @@
 // The BullMQ producer: queues every change of a page for every sink whose filter it passes, then
-// (and only then) saves the cursor. Idempotent per change thanks to jobId = change key.
+// (and only then) saves the cursor. One job per (page, sink, shard): a slice of the page's changes
+// in feed order (slice.ts), whose deterministic id makes a replayed page a no-op.
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
@@ -8,8 +9,9 @@ import { FeedsyncError, errorMessage } from '../../errors.js';
 import type { Change } from '../../pipeline/change.types.js';
 import { passesFilter } from '../../sinks/filter.js';
 import type { ChangeQueue, PageCommit } from '../queue.js';
-import { assertSinkName, bullPrefix, jobIdForKey, shardIndexes, shardOf, shardQueueName } from './names.js';
+import { assertSinkName, bullPrefix, shardIndexes, shardOf, shardQueueName } from './names.js';
 import { closeRedis, createRedisConnection, requireRedisUrl } from './redis.js';
+import { sliceJobId, sliceJobOptions, type ChangeSlice } from './slice.js';
 
 export interface BullmqProducerOptions {
   queue: QueueConfig;
@@ -37,21 +39,16 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
   const prefix = bullPrefix(config.prefix);
   const shards = shardIndexes(config.shards);
   const addTimeoutMs = opts.addTimeoutMs ?? DEFAULT_ADD_TIMEOUT_MS;
-  const jobOptions = {
-    removeOnComplete: {
-      age: Math.max(1, Math.ceil(config.retain_completed_ms / 1000)),
-      count: config.retain_completed_count,
-    },
-    // The failed set is the dead-letter list: it is only ever emptied by `dlq drop`/`dlq retry`.
-    removeOnFail: false,
-  };
+  const jobOptions = sliceJobOptions(config);
 
   const sinks = opts.sinks.map((sink) => ({
     name: sink.name,
     filter: sink.filter,
     queues: shards.map(
-      (shard) => new Queue<Change>(shardQueueName(sink.name, shard), { connection, prefix }),
+      (shard) => new Queue<ChangeSlice>(shardQueueName(sink.name, shard), { connection, prefix }),
     ),
+    /** What this producer queued so far, for the backlog estimate (see computeBacklog). */
+    added: { jobs: 0, changes: 0 },
   }));
   for (const sink of sinks) {
     for (const q of sink.queues) {
@@ -75,6 +72,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
       throw new FeedsyncError(`bullmq producer is closed; cannot queue page of ${commit.source}`, true);
     const adds: Promise<unknown>[] = [];
     const queued: Record<string, number> = {};
+    const jobsPerSink = new Map<string, number>();
     for (const sink of sinks) {
       queued[sink.name] = 0;
       // Group by shard while keeping feed order inside each shard: that is the order workers see.
@@ -89,16 +87,9 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
       }
       for (const [shard, changes] of perShard) {
         const q = sink.queues[shard]!;
-        adds.push(
-          q.addBulk(
-            changes.map((change) => ({
-              name: change.event_type,
-              data: change,
-              opts: { ...jobOptions, jobId: jobIdForKey(change.key) },
-            })),
-          ),
-        );
+        adds.push(q.add('slice', { changes }, { ...jobOptions, jobId: sliceJobId(changes) }));
       }
+      jobsPerSink.set(sink.name, perShard.size);
     }
     // With the offline queue off, a dropped connection fails at once; but BullMQ waits for the very
     // first "ready" without limit, so a Redis that was never reachable would hang the poller.
@@ -116,18 +107,31 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
       );
     }
     await opts.saveCursor(commit.source, commit.cursor, commit.seenAbove);
+    for (const sink of sinks) {
+      sink.added.jobs += jobsPerSink.get(sink.name) ?? 0;
+      sink.added.changes += queued[sink.name] ?? 0;
+    }
     backlogCache = undefined;
     return queued;
   }
 
+  /**
+   * `queue.max_backlog` counts undelivered CHANGES, but Redis only counts jobs, each a slice of
+   * several. Reading every queued slice to count exactly would cost far more than the poll it
+   * guards, so the backlog is estimated: queued jobs (waiting + active + delayed) × the mean number
+   * of changes per job this producer has added to that sink so far (1 before its first add). Slices
+   * partly delivered, or queued by an earlier process with other page sizes, make it approximate;
+   * back-pressure only needs the order of magnitude.
+   */
   async function computeBacklog(): Promise<number> {
     let max = 0;
     for (const sink of sinks) {
       const counts = await Promise.all(
         sink.queues.map((q) => q.getJobCounts('waiting', 'active', 'delayed')),
       );
-      const total = counts.reduce((sum, c) => sum + (c.waiting ?? 0) + (c.active ?? 0) + (c.delayed ?? 0), 0);
-      max = Math.max(max, total);
+      const jobs = counts.reduce((sum, c) => sum + (c.waiting ?? 0) + (c.active ?? 0) + (c.delayed ?? 0), 0);
+      const perJob = sink.added.jobs > 0 ? sink.added.changes / sink.added.jobs : 1;
+      max = Math.max(max, Math.round(jobs * perJob));
     }
     return max;
   }

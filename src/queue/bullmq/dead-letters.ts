@@ -1,0 +1,90 @@
+// A sink's dead-letter list is its queue `<sink>.dead` (names.ts): one job per dead change, job id
+// = the change key, added to a queue that no worker consumes, so every job stays in `wait` until
+// `dlq retry` or `dlq drop` removes it. Per change, unlike the shard queues, so that one bad change
+// never takes the rest of its slice with it.
+import { Queue, type Job } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import { errorMessage } from '../../errors.js';
+import type { Change } from '../../pipeline/change.types.js';
+import { progressOf } from './attempts.js';
+import { deadQueueName, jobIdForKey } from './names.js';
+import { changesOf } from './slice.js';
+
+export interface DeadChange {
+  change: Change;
+  error: string;
+  attempts: number;
+  /** epoch ms */
+  failedAt: number;
+}
+
+export function openDeadQueue(
+  sink: string,
+  connection: Redis,
+  prefix: string,
+  logger: Logger,
+): Queue<DeadChange> {
+  const queue = new Queue<DeadChange>(deadQueueName(sink), { connection, prefix });
+  // Failures reach callers as rejections; this only keeps BullMQ from printing each one.
+  queue.on('error', (err: Error) => logger.debug({ sink, err: errorMessage(err) }, 'dead queue error'));
+  return queue;
+}
+
+/** Durable once resolved. A change already dead in this sink is left as it is (same job id). */
+export async function buryChanges(dead: Queue<DeadChange>, entries: DeadChange[]): Promise<void> {
+  if (entries.length === 0) return;
+  await dead.addBulk(
+    entries.map((entry) => ({
+      name: entry.change.event_type,
+      data: entry,
+      opts: { jobId: jobIdForKey(entry.change.key), removeOnComplete: true, removeOnFail: false },
+    })),
+  );
+}
+
+/** The changes of a failed slice job that were neither delivered nor dead-lettered yet. */
+export function undeliveredOf(job: Job): Change[] {
+  return changesOf(job.data, job.id).slice(progressOf(job).done);
+}
+
+/**
+ * A slice job lands in its shard queue's failed set only when BullMQ fails it itself: stalled more
+ * than `queue.attempts` times (a process killed mid-slice again and again) or an unexpected error.
+ * Its undelivered changes become dead letters of the sink, then the job goes. Idempotent (the dead
+ * jobs' ids are the keys), so the worker that saw the failure and `dlq` may both do it.
+ */
+export async function buryFailedSlice(job: Job, dead: Queue<DeadChange>): Promise<Change[]> {
+  const changes = undeliveredOf(job);
+  const attempts = Math.max(progressOf(job).attempts, job.stalledCounter ?? 0, job.attemptsMade ?? 0, 1);
+  const failedAt = job.finishedOn ?? Date.now();
+  const error = job.failedReason || 'slice job failed';
+  await buryChanges(
+    dead,
+    changes.map((change) => ({ change, error, attempts, failedAt })),
+  );
+  await job.remove();
+  return changes;
+}
+
+/** Every failed slice of one shard queue, buried; resolves with the number of changes buried. */
+export async function buryFailedSlices(
+  shard: Queue,
+  dead: Queue<DeadChange>,
+  logger: Logger,
+): Promise<number> {
+  let buried = 0;
+  for (const job of await shard.getJobs(['failed'], 0, -1, true)) {
+    if (!job) continue;
+    try {
+      changesOf(job.data, job.id);
+    } catch (err) {
+      // Not a slice: it cannot become dead letters, so it stays visible in Redis for a human
+      // rather than being dropped.
+      logger.error({ queue: shard.name, job: job.id, err: errorMessage(err) }, 'cannot bury failed job');
+      continue;
+    }
+    buried += (await buryFailedSlice(job, dead)).length;
+  }
+  return buried;
+}
