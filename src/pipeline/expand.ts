@@ -4,14 +4,15 @@ import { errorMessage, UpstreamAuthError } from '../errors.js';
 import type { UpstreamClient } from '../upstream/client.js';
 import type { Resource } from '../upstream/resource.js';
 import type { FeedEvent, SubjectOutcome } from './change.js';
-import { mapLimit } from './map-limit.js';
+import type { Limiter } from './limiter.js';
 
 export interface ExpandOptions {
   expandSubject: boolean;
   /** Subject URLs already known to be deleted (they answered 404); updated here. */
   gone: GoneSubjects;
   client: UpstreamClient;
-  concurrency: number;
+  /** The source's subject GETs in flight (`subject_concurrency`), shared by the pages expanding. */
+  limiter: Limiter;
   signal: AbortSignal;
   logger: Logger;
   retry: { baseMs: number; maxMs: number };
@@ -69,14 +70,23 @@ export async function expandSubjects(events: FeedEvent[], opts: ExpandOptions): 
 
   const fetched = new Map<string, SubjectOutcome>();
   let notFound = 0;
-  await mapLimit([...toFetch], opts.concurrency, async (url) => {
-    const outcome = await fetchSubject(url, opts);
-    if (outcome.state === 'gone') {
-      notFound++;
-      opts.gone.add(url);
-    }
-    fetched.set(url, outcome);
-  });
+  await Promise.all(
+    [...toFetch].map((url) =>
+      opts.limiter.run(async () => {
+        // Asked again when its turn comes: the page before this one may have found it gone meanwhile.
+        if (opts.gone.has(url)) {
+          fetched.set(url, { state: 'gone', subject: null });
+          return;
+        }
+        const outcome = await fetchSubject(url, opts);
+        if (outcome.state === 'gone') {
+          notFound++;
+          opts.gone.add(url);
+        }
+        fetched.set(url, outcome);
+      }),
+    ),
+  );
   return { outcomes: decisions.map((d) => (typeof d === 'string' ? fetched.get(d)! : d)), notFound };
 }
 

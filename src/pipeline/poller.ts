@@ -5,11 +5,12 @@ import { errorMessage, UpstreamAuthError } from '../errors.js';
 import type { ChangeQueue } from '../queue/queue.js';
 import type { ServiceAdapter } from '../services/adapter.js';
 import type { CursorStore } from '../store/cursors.js';
-import type { FetchResult, UpstreamClient } from '../upstream/client.js';
+import type { UpstreamClient } from '../upstream/client.js';
 import { buildChange, type FeedEvent } from './change.js';
 import { nextCursor, observedDisorder, PAGE_SIZE } from './cursor.js';
 import type { PipelineEvents } from './events.js';
-import { ExpansionAborted, expandSubjects, GoneSubjects } from './expand.js';
+import { ExpansionAborted, expandSubjects, GoneSubjects, type Expansion } from './expand.js';
+import { Limiter } from './limiter.js';
 import { readFeedEvents } from './feed-page.js';
 
 export interface PollerDeps {
@@ -35,11 +36,14 @@ const ERROR_RETRY_MAX_MS = 60_000;
  */
 export async function runPoller(deps: PollerDeps): Promise<void> {
   const { source, signal, logger } = deps;
-  const unknownTypes = new Set<string>();
-  const gone = new GoneSubjects();
+  const state: SourceState = {
+    unknownTypes: new Set<string>(),
+    gone: new GoneSubjects(),
+    subjects: new Limiter(source.subject_concurrency),
+  };
   let failures = 0;
-  let position: { cursor: number; seenAbove: number[] } | undefined;
-  let prefetched: Prefetch | undefined;
+  let position: Position | undefined;
+  let ahead: ReadAhead | undefined;
 
   while (!signal.aborted) {
     const started = performance.now();
@@ -53,9 +57,9 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
         continue;
       }
       position ??= await startPosition(deps);
-      const result = await pollOnce(deps, position, unknownTypes, gone, prefetched);
+      const result = await pollOnce(deps, state, position, ahead);
       position = result.position;
-      prefetched = result.prefetched;
+      ahead = result.ahead;
       failures = 0;
       const durationSeconds = (performance.now() - started) / 1000;
       deps.events.emit('poll:finished', {
@@ -72,7 +76,8 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
       });
       if (!result.full) await sleep(source.poll_interval_ms, signal);
     } catch (err) {
-      prefetched = undefined;
+      ahead?.abort();
+      ahead = undefined;
       if (signal.aborted && (err instanceof ExpansionAborted || isAbort(err))) break;
       failures++;
       const durationSeconds = (performance.now() - started) / 1000;
@@ -103,6 +108,7 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
       await sleep(delay, signal);
     }
   }
+  ahead?.abort();
 }
 
 function isAbort(err: unknown): boolean {
@@ -111,15 +117,45 @@ function isAbort(err: unknown): boolean {
   );
 }
 
-/** The next page, requested while the current one is expanded and committed. */
-interface Prefetch {
+interface Position {
+  cursor: number;
+  seenAbove: number[];
+}
+
+/** What the pages of one source share. */
+interface SourceState {
+  /** Event types already warned about. */
+  unknownTypes: Set<string>;
+  gone: GoneSubjects;
+  subjects: Limiter;
+}
+
+/** A feed page read after a position, its subjects expanding. */
+interface PageRead {
   url: string;
-  response: Promise<FetchResult>;
+  /** Events listed, including those already queued. */
+  size: number;
+  /** The events to turn into changes, in feed order. */
+  fresh: FeedEvent[];
+  next: Position;
+  full: boolean;
+  expansion: Promise<Expansion>;
+}
+
+/**
+ * While catching up, the next page is read and its subjects fetched during this one's expansion and
+ * commit: the cursor it needs is known as soon as this page is read. It is committed only after
+ * this page (in order), and dropped, its requests aborted, if this page fails.
+ */
+interface ReadAhead {
+  url: string;
+  page: Promise<PageRead>;
+  abort(): void;
 }
 
 interface PollResult {
-  position: { cursor: number; seenAbove: number[] };
-  prefetched?: Prefetch;
+  position: Position;
+  ahead?: ReadAhead;
   pageSize: number;
   full: boolean;
   lastEventAt?: number;
@@ -127,16 +163,72 @@ interface PollResult {
 
 async function pollOnce(
   deps: PollerDeps,
-  position: { cursor: number; seenAbove: number[] },
-  unknownTypes: Set<string>,
-  gone: GoneSubjects,
-  prefetched: Prefetch | undefined,
+  state: SourceState,
+  position: Position,
+  ahead: ReadAhead | undefined,
 ): Promise<PollResult> {
   const { source, adapter, logger } = deps;
   const url = feedUrl(source, adapter, position.cursor, source.event_types);
-  const res = await (prefetched?.url === url
-    ? prefetched.response
-    : deps.client.get(url, { kind: 'feed', signal: deps.signal }));
+  let page: PageRead;
+  if (ahead?.url === url) page = await ahead.page;
+  else {
+    ahead?.abort();
+    page = await readPage(deps, state, position, url, deps.signal);
+  }
+  const next = page.full ? readAhead(deps, state, page.next) : undefined;
+  try {
+    const { outcomes, notFound } = await page.expansion;
+    const changes = page.fresh.map((e, i) =>
+      buildChange({ source: source.name, service: adapter.kind }, e, outcomes[i]!, adapter.normalizeSubject),
+    );
+
+    const enqueued = await deps.queue.commitPage({
+      source: source.name,
+      changes,
+      cursor: page.next.cursor,
+      seenAbove: page.next.seenAbove,
+    });
+
+    const lastEventAt = page.fresh.length
+      ? Math.max(...page.fresh.map((e) => Date.parse(e.timestamp)))
+      : undefined;
+    deps.events.emit('page:committed', {
+      source: source.name,
+      cursor: page.next.cursor,
+      eventTypes: changes.map((c) => c.event_type),
+      lastEventTimestamp: lastEventAt !== undefined ? lastEventAt / 1000 : undefined,
+      enqueued,
+      // 404 answers, not gone changes: several events may share one gone subject (fetched once),
+      // and a subject known to be deleted is not fetched again.
+      gone: notFound,
+    });
+    if (changes.length) logger.debug({ cursor: page.next.cursor, changes: changes.length }, 'page committed');
+    return { position: page.next, pageSize: page.size, full: page.full, lastEventAt, ahead: next };
+  } catch (err) {
+    next?.abort();
+    throw err;
+  }
+}
+
+function readAhead(deps: PollerDeps, state: SourceState, position: Position): ReadAhead {
+  const controller = new AbortController();
+  const url = feedUrl(deps.source, deps.adapter, position.cursor, deps.source.event_types);
+  const page = readPage(deps, state, position, url, AbortSignal.any([deps.signal, controller.signal]));
+  // Failures surface when the page is awaited; a page dropped unread must not be an unhandled rejection.
+  page.then((p) => p.expansion).catch(() => undefined);
+  return { url, page, abort: () => controller.abort() };
+}
+
+/** Read the page at `url` (after `position`), pick its fresh events and start their expansion. */
+async function readPage(
+  deps: PollerDeps,
+  state: SourceState,
+  position: Position,
+  url: string,
+  signal: AbortSignal,
+): Promise<PageRead> {
+  const { source, adapter, logger } = deps;
+  const res = await deps.client.get(url, { kind: 'feed', signal });
   if (res.status === 404) throw new Error(`feed ${url} answered 404: check the source's base_url`);
   const listed = readFeedEvents(res.resource, url);
   const ids = listed.map((e) => e.id);
@@ -164,8 +256,8 @@ async function pollOnce(
     fresh.push(e);
   }
   for (const e of fresh) {
-    if (!adapter.knownEventTypes.has(e.event_type) && !unknownTypes.has(e.event_type)) {
-      unknownTypes.add(e.event_type);
+    if (!adapter.knownEventTypes.has(e.event_type) && !state.unknownTypes.has(e.event_type)) {
+      state.unknownTypes.add(e.event_type);
       logger.warn(
         { event_type: e.event_type, event_id: e.id },
         'event type not in the spec; delivering it with a best-effort split',
@@ -179,49 +271,16 @@ async function pollOnce(
     listed.filter((e) => e.id > position.cursor).map((e) => e.id),
     adapter.maxDisorder,
   );
-  // While catching up, the next page is read during this one's expansion and commit: the cursor
-  // it needs is already known. It is used only once this page is committed (and dropped if not).
-  let nextPage: Prefetch | undefined;
-  if (full) {
-    const nextUrl = feedUrl(source, adapter, next.cursor, source.event_types);
-    const response = deps.client.get(nextUrl, { kind: 'feed', signal: deps.signal });
-    response.catch(() => undefined); // a failure surfaces when the next poll awaits it
-    nextPage = { url: nextUrl, response };
-  }
-
-  const { outcomes, notFound } = await expandSubjects(fresh, {
+  const expansion = expandSubjects(fresh, {
     expandSubject: source.expand_subject,
-    gone,
+    gone: state.gone,
     client: deps.client,
-    concurrency: source.subject_concurrency,
-    signal: deps.signal,
+    limiter: state.subjects,
+    signal,
     logger,
     retry: { baseMs: 500, maxMs: 30_000 },
   });
-  const changes = fresh.map((e, i) =>
-    buildChange({ source: source.name, service: adapter.kind }, e, outcomes[i]!, adapter.normalizeSubject),
-  );
-
-  const enqueued = await deps.queue.commitPage({
-    source: source.name,
-    changes,
-    cursor: next.cursor,
-    seenAbove: next.seenAbove,
-  });
-
-  const lastEventAt = fresh.length ? Math.max(...fresh.map((e) => Date.parse(e.timestamp))) : undefined;
-  deps.events.emit('page:committed', {
-    source: source.name,
-    cursor: next.cursor,
-    eventTypes: changes.map((c) => c.event_type),
-    lastEventTimestamp: lastEventAt !== undefined ? lastEventAt / 1000 : undefined,
-    enqueued,
-    // 404 answers, not gone changes: several events may share one gone subject (fetched once),
-    // and a subject known to be deleted is not fetched again.
-    gone: notFound,
-  });
-  if (changes.length) logger.debug({ cursor: next.cursor, changes: changes.length }, 'page committed');
-  return { position: next, pageSize: listed.length, full, lastEventAt, prefetched: nextPage };
+  return { url, size: listed.length, fresh, next, full, expansion };
 }
 
 export function feedUrl(

@@ -241,3 +241,72 @@ describe('gone subjects', () => {
     expect(up.requests.filter((r) => r === url('5'))).toHaveLength(0);
   });
 });
+
+/** Subjects answer after a delay; records how many are in flight and when pages are read. */
+class SlowSubjects extends ScriptedUpstream {
+  inFlight = 0;
+  maxInFlight = 0;
+  log: string[] = [];
+  override async get(u: string, opts: { kind: 'feed' | 'subject' }): Promise<FetchResult> {
+    if (opts.kind === 'feed') {
+      this.log.push(`read ${new URL(u).searchParams.get('newer_than') ?? 0}`);
+      return super.get(u, opts);
+    }
+    this.inFlight++;
+    this.maxInFlight = Math.max(this.maxInFlight, this.inFlight);
+    try {
+      await new Promise((r) => setTimeout(r, 3));
+      return await super.get(u, opts);
+    } finally {
+      this.inFlight--;
+    }
+  }
+}
+
+describe('read-ahead while catching up', () => {
+  const backlog = (n: number) => Array.from({ length: n }, (_, i) => ev(i + 1, 'job_updated', String(i + 1)));
+  const subjectsOf = (n: number) =>
+    Object.fromEntries(Array.from({ length: n }, (_, i) => [url(String(i + 1)), job(String(i + 1))]));
+
+  it('reads the next page before committing this one, within subject_concurrency, committing in order', async () => {
+    const up = new SlowSubjects(backlog(160), subjectsOf(160));
+    const p = start(up, { subject_concurrency: 3 });
+    const commitAt: number[] = [];
+    const commit = p.queue.commitPage.bind(p.queue);
+    p.queue.commitPage = async (c) => {
+      up.log.push(`commit ${c.cursor}`);
+      commitAt.push(c.cursor);
+      return commit(c);
+    };
+    await waitFor(() => p.queue.changes.length === 160, 10_000, 'the whole backlog');
+    expect(up.maxInFlight).toBeLessThanOrEqual(3);
+    expect(up.maxInFlight).toBe(3);
+    // The workflow cursor trails a full page by its disorder bound (45 of 50).
+    expect(commitAt.slice(0, 3)).toEqual([45, 90, 135]);
+    // Page 2 was read while page 1 was still being expanded.
+    expect(up.log.indexOf('read 45')).toBeGreaterThan(-1);
+    expect(up.log.indexOf('read 45')).toBeLessThan(up.log.indexOf('commit 45'));
+    expect(p.queue.changes.map((c) => c.event_id)).toEqual(backlog(160).map((e) => e.id));
+    expect(p.queue.changes.every((c) => c.subject_state === 'present')).toBe(true);
+  });
+
+  it('drops the page read ahead when this page fails, and reads it again after the retry', async () => {
+    const up = new SlowSubjects(backlog(100), subjectsOf(100));
+    const p = start(up);
+    const commit = p.queue.commitPage.bind(p.queue);
+    let failNext = true;
+    p.queue.commitPage = async (c) => {
+      if (failNext) {
+        failNext = false;
+        throw new Error('store full');
+      }
+      return commit(c);
+    };
+    await waitFor(() => p.queue.changes.length === 100, 10_000, 'both pages');
+    expect(p.polls[0]).toBe(false);
+    expect(p.queue.commits.filter((c) => c.changes.length).map((c) => c.cursor)).toEqual([45, 90, 100]);
+    expect(p.queue.changes.map((c) => c.event_id)).toEqual(backlog(100).map((e) => e.id));
+    // Page 2 was read ahead once, dropped with the failure, and read again.
+    expect(up.log.filter((l) => l === 'read 45').length).toBeGreaterThanOrEqual(2);
+  });
+});
