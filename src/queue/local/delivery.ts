@@ -99,7 +99,8 @@ export class LocalDelivery implements DeliveryRunner {
     const strict = this.queue.concurrency === 1;
     const heads = this.db.prepare(
       `SELECT id, key, subject_key, body, attempts, available_at FROM deliveries d
-       WHERE sink = @sink AND available_at <= @now AND NOT EXISTS (
+       WHERE sink = @sink AND available_at <= @now
+         AND id NOT IN (SELECT value FROM json_each(@inflight)) AND NOT EXISTS (
          SELECT 1 FROM deliveries e WHERE e.sink = d.sink AND e.subject_key = d.subject_key AND e.id < d.id)
        ORDER BY id LIMIT @limit`,
     );
@@ -122,9 +123,14 @@ export class LocalDelivery implements DeliveryRunner {
             ? inflight.size === 0
               ? strictPrefix(queueHead.all(sink, perCall) as Row[], now)
               : []
-            : (
-                heads.all({ sink, now, limit: BATCH * this.queue.concurrency + inflight.size }) as Row[]
-              ).filter((r) => !inflight.has(r.id));
+            : // Rows in flight are left out in SQL: while the sink keeps up, every look at the
+              // queue would otherwise read the bodies of up to `concurrency` batches again.
+              (heads.all({
+                sink,
+                now,
+                limit: BATCH * this.queue.concurrency,
+                inflight: JSON.stringify([...inflight]),
+              }) as Row[]);
         }
         while (buffer.length && this.busy(sink) < this.queue.concurrency) {
           const rows = buffer.splice(0, perCall);
