@@ -87,7 +87,12 @@ async function drainPhase(work: string): Promise<{
       log(
         `raw limit for ${service} (${plans[service].requests.length} requests, concurrency ${cfg.rawConcurrency})`,
       );
-      raw.push(await measureRaw(source, plans[service], cfg.rawConcurrency));
+      // Best of two: a limit measured while something else held the CPU would flatter the ratio.
+      const runs = [
+        await measureRaw(source, plans[service], cfg.rawConcurrency),
+        await measureRaw(source, plans[service], cfg.rawConcurrency),
+      ];
+      raw.push(runs.reduce((a, b) => (b.eventsPerSecond > a.eventsPerSecond ? b : a)));
     }
     const drain = async (mode: DrainMode, service: ServiceName, redisUrl?: string): Promise<void> => {
       log(`drain ${mode} ${service}`);

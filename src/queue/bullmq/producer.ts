@@ -111,7 +111,9 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
       sink.added.jobs += jobsPerSink.get(sink.name) ?? 0;
       sink.added.changes += queued[sink.name] ?? 0;
     }
-    backlogCache = undefined;
+    // Counted in at once (the next refresh replaces the sum with Redis's figures), so the poller
+    // never has to wait for a recount on its critical path.
+    if (backlogCache) backlogCache.value += Math.max(0, ...Object.values(queued));
     return queued;
   }
 
@@ -136,17 +138,26 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     return max;
   }
 
+  /**
+   * Asked before every poll. Recounting takes a round trip per shard queue, as long as a whole page
+   * commit, so a known figure is answered at once and refreshed in the background once it is a
+   * second old; only the very first call waits for a count.
+   */
   async function maxBacklog(): Promise<number> {
-    if (backlogCache && Date.now() - backlogCache.at < BACKLOG_CACHE_MS) return backlogCache.value;
-    backlogInFlight ??= computeBacklog()
-      .then((value) => {
-        backlogCache = { value, at: Date.now() };
-        return value;
-      })
-      .finally(() => {
-        backlogInFlight = undefined;
-      });
-    return backlogInFlight;
+    const fresh = backlogCache && Date.now() - backlogCache.at < BACKLOG_CACHE_MS;
+    if (!fresh) {
+      backlogInFlight ??= computeBacklog()
+        .then((value) => {
+          backlogCache = { value, at: Date.now() };
+          return value;
+        })
+        .finally(() => {
+          backlogInFlight = undefined;
+        });
+      // A failed background recount keeps the last figure; the next call tries again.
+      backlogInFlight.catch(() => undefined);
+    }
+    return backlogCache ? backlogCache.value : backlogInFlight!;
   }
 
   function close(): Promise<void> {
