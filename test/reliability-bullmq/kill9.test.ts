@@ -1,7 +1,8 @@
-// Scaled-out deployment under kill -9: one `feedsync poll` and two `feedsync work` processes drain a
-// ~2000-event backlog per service into per-worker jsonl files and one shared sqlite mirror, while a
-// worker and then the poller are killed with SIGKILL at seeded random moments and restarted, during
-// catch-up and again during live traffic.
+// Scaled-out deployment under a kill -9 loop: one `feedsync poll` and two `feedsync work` processes
+// drain a backlog per service into per-worker jsonl files and one shared sqlite mirror while, round
+// after round, a seeded victim (the poller or a worker) is SIGKILLed after a seeded delay and
+// restarted: ROUNDS rounds during catch-up, ROUNDS more during live traffic. Every role dies at
+// least once whatever the seed; failures print the seed and the kill plan so far for a replay.
 // CONTRACT §4: every key reaches the jsonl sink at least once; the mirror ends equal to the
 // sandbox's live state; SIGTERM stops every process with exit 0 within shutdown_timeout_ms.
 import { join } from 'node:path';
@@ -20,28 +21,57 @@ import {
   readJsonlFiles,
   sandboxKeys,
   seededRandom,
+  seededShuffle,
   seedNote,
   sleep,
   stopGracefully,
   storedCursor,
   testSeed,
+  waitSourceLocks,
   waitStarted,
 } from './support.js';
 
-const BACKLOG = 2000;
+// Catch-up sizing: the sandbox's latency, not the machine's speed, paces the poller, so that the
+// catch-up rounds (at most 48 % of the backlog delivered) land while it still reads the scheduling
+// feed (~90 pages of 50 at ≥ LATENCY_MS each; delivery keeps up with it). Workflow pages cost a subject GET per event, ~4 × more
+// per page at 16 connections: that feed gets the smaller backlog so both finish together.
+const BACKLOG = 1500;
+const EXTRA_SCHEDULING = 3000;
+const LATENCY_MS = 150;
 const SHUTDOWN_MS = 5000;
+const ROUNDS = 3;
+const LIVE_RATE = 20;
+// Each poller kill costs a lock TTL (15 s) before its successor polls: two bound the run time.
+const MAX_POLLER_KILLS = 2;
+const LOCK_WAIT_MS = 30_000;
 const seed = testSeed();
 const note = seedNote(seed);
 
-describe(`bullmq: poll + 2 work under kill -9 ${note}`, () => {
+type Role = 'poll' | 'work a' | 'work b';
+const ROLES: readonly Role[] = ['poll', 'work a', 'work b'];
+
+interface Kill {
+  round: number;
+  phase: 'catch-up' | 'live';
+  victim: Role;
+  /** Catch-up rounds first wait until this many backlog keys are delivered. */
+  afterDelivered?: number;
+  delayMs: number;
+  /** Filled in once the victim is dead: the scheduling cursor and the keys delivered by then. */
+  cursor?: number;
+  delivered?: number;
+  atS?: string;
+}
+
+describe(`bullmq: poll + 2 work under a kill -9 loop ${note}`, () => {
   let sandbox: Sandbox;
   let redis: RedisServer;
   const dir = tempDir('feedsync-rb-kill9-');
 
   beforeAll(async () => {
     redis = await startRedis();
-    // A little latency per request keeps the poller busy long enough to be killed mid-catch-up.
-    sandbox = await startSandbox({ seed, backlog: BACKLOG, latencyMs: 2 });
+    sandbox = await startSandbox({ seed, backlog: BACKLOG, latencyMs: LATENCY_MS });
+    sandbox.generate('scheduling', EXTRA_SCHEDULING);
   });
   afterAll(async () => {
     await killAllCli();
@@ -54,127 +84,184 @@ describe(`bullmq: poll + 2 work under kill -9 ${note}`, () => {
     { timeout: 240_000 },
     async () => {
       const random = seededRandom(seed);
-      const configPath = writeConfig(
-        dir,
-        bullmqConfig(sandbox, dir, redis.url, {
-          shutdownTimeoutMs: SHUTDOWN_MS,
-          sinks: [
-            // One file per worker: a process killed mid-append leaves a torn line that only its own
-            // next incarnation (which re-reads the tail) knows to terminate.
-            { name: 'file', type: 'jsonl', path: './changes-${WORKER_ID}.jsonl' },
-            { name: 'mirror', type: 'sqlite', path: './mirror.db' },
-          ],
-        }),
-      );
+      const raw = bullmqConfig(sandbox, dir, redis.url, {
+        shutdownTimeoutMs: SHUTDOWN_MS,
+        sinks: [
+          // One file per worker: a process killed mid-append leaves a torn line that only its own
+          // next incarnation (which re-reads the tail) knows to terminate.
+          { name: 'file', type: 'jsonl', path: './changes-${WORKER_ID}.jsonl' },
+          { name: 'mirror', type: 'sqlite', path: './mirror.db' },
+        ],
+      });
+      // As many subject GETs in flight as the client has connections (16), so that the latency
+      // does not drag the workflow catch-up on.
+      raw.sources = (raw.sources as Record<string, unknown>[]).map((s) => ({
+        ...s,
+        subject_concurrency: 16,
+      }));
+      const configPath = writeConfig(dir, raw);
       const storePath = join(dir, 'feedsync.db');
-      let expected = sandboxKeys(sandbox);
+      const backlog = sandboxKeys(sandbox);
+      let expected = backlog;
       const maxScheduling = Math.max(...sandbox.events('scheduling').map((e) => e.id));
-      const start = (mode: 'poll' | 'work', id: string): CliProcess =>
-        spawnCli([mode], {
+      const start = (role: Role): CliProcess => {
+        const [mode, id] = role === 'poll' ? ['poll', 'poll'] : ['work', role.slice(-1)];
+        return spawnCli([mode], {
           config: configPath,
           env: { WORKER_ID: id },
-          echo: process.env.RB_ECHO ? `[${mode} ${id}]` : undefined,
+          echo: process.env.RB_ECHO ? `[${role}]` : undefined,
         });
+      };
       const delivered = (): number => new Set(readJsonlFiles(dir, 'changes-').map((c) => c.key)).size;
 
-      let poller = start('poll', 'poll');
-      let workerA = start('work', 'a');
-      let workerB = start('work', 'b');
-      await waitStarted(poller, workerA, workerB);
+      const kills: Kill[] = [];
+      const replay = (): string =>
+        `replay ${note}; kills decided so far (round, victim, delay): ` +
+        (kills
+          .map(
+            (k) =>
+              `[${k.round} ${k.phase} ${k.victim}` +
+              (k.afterDelivered !== undefined ? ` after ${k.afterDelivered} delivered +` : '') +
+              ` ${k.delayMs} ms` +
+              (k.cursor !== undefined
+                ? ` at +${k.atS} s, cursor ${k.cursor}/${maxScheduling}, ${k.delivered} delivered]`
+                : ']'),
+          )
+          .join(' ') || 'none');
 
-      // Worker A dies once a seeded share (10–40 %) of the keys has landed.
+      const t0 = Date.now();
+      const procs = {} as Record<Role, CliProcess>;
+      for (const role of ROLES) procs[role] = start(role);
       const trace = progressTrace(
         () =>
           `delivered ${delivered()}/${expected.length}, cursors scheduling ${storedCursor(storePath, 'scheduling')}/${maxScheduling} workflow ${storedCursor(storePath, 'workflow')}`,
       );
-      const workerKillAt = Math.floor(expected.length * (0.1 + 0.3 * random()));
-      await eventually(() => delivered() >= workerKillAt, 60_000, `${workerKillAt} keys delivered ${note}`);
-      workerA.signal('SIGKILL');
-      await workerA.waitForExit(5_000);
-      workerA = start('work', 'a');
-      await waitStarted(workerA);
 
-      // The poller dies once its scheduling cursor passes a seeded point of the backlog; if it is
-      // already past it, it dies at once (still while workers drain and the other source may poll).
-      const pollerKillAt = Math.floor(maxScheduling * (0.2 + 0.6 * random()));
-      await eventually(
-        () => (storedCursor(storePath, 'scheduling') ?? 0) >= pollerKillAt,
-        60_000,
-        `scheduling cursor ≥ ${pollerKillAt} ${note}`,
-      );
-      await sleep(Math.floor(random() * 200));
-      poller.signal('SIGKILL');
-      await poller.waitForExit(5_000);
-      // The dead poller's Redis lock lives on until its TTL (15 s): the new one waits, then takes over.
-      poller = start('poll', 'poll');
-      await waitStarted(poller);
+      const allDelivered = (keys: readonly string[], what: string): Promise<void> =>
+        eventually(
+          () => missingKeys(keys, readJsonlFiles(dir, 'changes-')).length === 0,
+          90_000,
+          `${what} in the jsonl files`,
+        ).catch((err: Error) => {
+          const missing = missingKeys(keys, readJsonlFiles(dir, 'changes-'));
+          throw new Error(
+            `${err.message}:\n${trace.text()}\n${missing.length} missing, e.g. ${missing.slice(0, 5).join(', ')}`,
+          );
+        });
 
-      // Live traffic: the other worker and then the poller die again while new events arrive; the
-      // poller only once the restarted one holds the lock (after the dead one's TTL) and polls.
-      await eventually(
-        () => poller.text().includes('acquired lock of source workflow'),
-        30_000,
-        `first poller took over ${note}`,
-      );
-      sandbox.setRate(20);
-      await sleep(500 + Math.floor(random() * 1500));
-      workerB.signal('SIGKILL');
-      await workerB.waitForExit(5_000);
-      workerB = start('work', 'b');
-      await waitStarted(workerB);
-      await sleep(500 + Math.floor(random() * 1500));
-      poller.signal('SIGKILL');
-      await poller.waitForExit(5_000);
-      poller = start('poll', 'poll');
-      await waitStarted(poller);
-      // Stay live until the new poller holds the lock (TTL) and has polled, then stop the traffic.
-      await eventually(
-        () => poller.text().includes('acquired lock of source workflow'),
-        30_000,
-        `poller took over ${note}`,
-      );
-      await sleep(1_000);
-      sandbox.setRate(0);
-      expected = sandboxKeys(sandbox);
+      // The first three victims are a seeded permutation so every role dies whatever the seed; later
+      // ones are drawn freely, the poller only while it has kills left. Victims and delays depend
+      // on the seed alone (never on timing), so a seed replays the same plan.
+      const firstVictims = seededShuffle(ROLES, random);
+      let pollerKills = 0;
+      const decide = (round: number, phase: Kill['phase']): Kill => {
+        const candidates = pollerKills < MAX_POLLER_KILLS ? ROLES : ROLES.filter((r) => r !== 'poll');
+        const victim = firstVictims[round - 1] ?? candidates[Math.floor(random() * candidates.length)]!;
+        if (victim === 'poll') pollerKills++;
+        // Catch-up moments are shares of the backlog (round i in its own band of 3–48 %) so they
+        // fall inside the catch-up however long starts and restarts take; a share plainly
+        // passed already means at once. Live moments are delays after the previous restart.
+        const kill: Kill =
+          phase === 'catch-up'
+            ? {
+                round,
+                phase,
+                victim,
+                afterDelivered: Math.floor(backlog.length * (0.03 + 0.15 * (round - 1 + random()))),
+                delayMs: Math.floor(random() * 300),
+              }
+            : { round, phase, victim, delayMs: 200 + Math.floor(random() * 1300) };
+        kills.push(kill);
+        return kill;
+      };
 
-      await eventually(
-        () => missingKeys(expected, readJsonlFiles(dir, 'changes-')).length === 0,
-        90_000,
-        `every sandbox key in the jsonl files ${note}`,
-      ).catch((err: Error) => {
-        const missing = missingKeys(expected, readJsonlFiles(dir, 'changes-'));
-        trace.stop();
-        throw new Error(
-          `${err.message}:\n${trace.text()}\n${missing.length} missing, e.g. ${missing.slice(0, 5).join(', ')}`,
+      const killRound = async (kill: Kill): Promise<void> => {
+        // A poller that does not hold its locks yet is still waiting for its predecessor's TTL.
+        if (kill.victim === 'poll') await waitSourceLocks(procs.poll, LOCK_WAIT_MS);
+        // After a poller kill, delivery stalls for the TTL: the next share may take ~15 s to come.
+        const target = kill.afterDelivered;
+        if (target !== undefined)
+          await eventually(() => delivered() >= target, 60_000, `${target} keys delivered`, 100);
+        await sleep(kill.delayMs);
+        const victim = procs[kill.victim];
+        victim.signal('SIGKILL');
+        const exit = await victim.waitForExit(5_000);
+        kill.cursor = storedCursor(storePath, 'scheduling') ?? 0;
+        kill.delivered = delivered();
+        kill.atS = ((Date.now() - t0) / 1000).toFixed(1);
+        expect(exit.signal, `${kill.victim} had exited by itself:\n${victim.text().slice(-2000)}`).toBe(
+          'SIGKILL',
         );
-      });
+        procs[kill.victim] = start(kill.victim);
+        await waitStarted(procs[kill.victim]);
+      };
 
-      trace.stop();
-      const changes = readJsonlFiles(dir, 'changes-');
-      for (const change of changes) assertValidChange(change);
-      // Copies of one key are the same change (at least once, keyed).
-      const byKey = new Map<string, string>();
-      for (const change of changes) {
-        const text = JSON.stringify(change);
-        const first = byKey.get(change.key);
-        if (first !== undefined) expect(text, `duplicate of ${change.key} differs ${note}`).toBe(first);
-        else byKey.set(change.key, text);
-      }
-      expect(byKey.size, note).toBe(expected.length);
+      try {
+        await waitStarted(...ROLES.map((r) => procs[r]));
 
-      // The mirror is written by two processes; it converges once every change is applied.
-      await eventually(
-        () => mirrorProblems(join(dir, 'mirror.db'), sandbox).length === 0,
-        30_000,
-        `mirror equal to the live state ${note}`,
-      ).catch((err: Error) => {
-        throw new Error(`${err.message}:\n${mirrorProblems(join(dir, 'mirror.db'), sandbox).join('\n')}`);
-      });
+        let round = 1;
+        for (let i = 0; i < ROUNDS; i++) await killRound(decide(round++, 'catch-up'));
+        const catchUp = kills.filter((k) => k.phase === 'catch-up');
+        expect(
+          catchUp.filter((k) => k.delivered! >= backlog.length),
+          'catch-up kills after the whole backlog was delivered',
+        ).toEqual([]);
+        expect(
+          catchUp.some((k) => k.victim === 'poll' && k.cursor! < maxScheduling),
+          `a poller kill with the scheduling cursor below ${maxScheduling}`,
+        ).toBe(true);
 
-      const exits = await stopGracefully([poller, workerA, workerB], SHUTDOWN_MS);
-      for (const exit of exits) {
-        expect(exit, `graceful stop ${note}`).toMatchObject({ code: 0, signal: null });
-        expect(exit.ms, `stop time of ${exit.pid} ${note}`).toBeLessThanOrEqual(SHUTDOWN_MS + 1_000);
+        // Live: traffic starts once the backlog is through (the restarted poller waited for the TTL).
+        await allDelivered(backlog, 'the backlog');
+        await waitSourceLocks(procs.poll, LOCK_WAIT_MS);
+        sandbox.setRate(LIVE_RATE);
+        const beforeLive = sandboxKeys(sandbox).length;
+        for (let i = 0; i < ROUNDS; i++) await killRound(decide(round++, 'live'));
+        // Stay live until the current poller holds the locks and has polled, then stop the traffic.
+        await waitSourceLocks(procs.poll, LOCK_WAIT_MS);
+        await sleep(1_000);
+        sandbox.setRate(0);
+        expected = sandboxKeys(sandbox);
+        expect(expected.length, 'live events arrived during the live kills').toBeGreaterThan(beforeLive);
+
+        await allDelivered(expected, 'every sandbox key');
+        trace.stop();
+
+        const changes = readJsonlFiles(dir, 'changes-');
+        for (const change of changes) assertValidChange(change);
+        // Copies of one key are the same change (at least once, keyed).
+        const byKey = new Map<string, string>();
+        for (const change of changes) {
+          const text = JSON.stringify(change);
+          const first = byKey.get(change.key);
+          if (first !== undefined) expect(text, `duplicate of ${change.key} differs`).toBe(first);
+          else byKey.set(change.key, text);
+        }
+        expect(byKey.size).toBe(expected.length);
+
+        // The mirror is written by two processes; it converges once every change is applied.
+        await eventually(
+          () => mirrorProblems(join(dir, 'mirror.db'), sandbox).length === 0,
+          30_000,
+          'mirror equal to the live state',
+        ).catch((err: Error) => {
+          throw new Error(`${err.message}:\n${mirrorProblems(join(dir, 'mirror.db'), sandbox).join('\n')}`);
+        });
+
+        const exits = await stopGracefully(
+          ROLES.map((r) => procs[r]),
+          SHUTDOWN_MS,
+        );
+        for (const exit of exits) {
+          expect(exit, 'graceful stop').toMatchObject({ code: 0, signal: null });
+          expect(exit.ms, `stop time of ${exit.pid}`).toBeLessThanOrEqual(SHUTDOWN_MS + 1_000);
+        }
+        if (process.env.RB_TRACE) console.log(`${replay()}\n${trace.text()}`);
+      } catch (err) {
+        trace.stop();
+        // Every failure names the seed and the kill plan so far, to replay the exact run.
+        if (err instanceof Error) err.message = `${err.message}\n${replay()}`;
+        throw err;
       }
     },
   );

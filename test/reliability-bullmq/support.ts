@@ -231,3 +231,33 @@ export async function eventually(
     await sleep(everyMs);
   }
 }
+
+/**
+ * Waits until a `feedsync poll` process holds the lock of every source. A restarted poller logs it
+ * only after the dead one's lock expired (TTL): killing it before then would only stack TTL waits.
+ */
+export async function waitSourceLocks(
+  poller: CliProcess,
+  timeoutMs: number,
+  sources: readonly string[] = ['scheduling', 'workflow'],
+): Promise<void> {
+  await Promise.all(
+    sources.map((s) =>
+      poller.waitForLog(
+        (e) => e.msg === `acquired lock of source ${s}`,
+        timeoutMs,
+        `poller ${poller.pid} to acquire the lock of source ${s}`,
+      ),
+    ),
+  );
+}
+
+/** The seeded Fisher–Yates shuffle of `items` (a new array). */
+export function seededShuffle<T>(items: readonly T[], random: () => number): T[] {
+  const out = [...items];
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = Math.floor(random() * (i + 1));
+    [out[i], out[j]] = [out[j]!, out[i]!];
+  }
+  return out;
+}
