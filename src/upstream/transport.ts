@@ -29,10 +29,23 @@ const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT'
 
 export async function send(pool: Pool, url: string, opts: SendOptions): Promise<RawResponse> {
   if (opts.signal?.aborted) throw abortReason(opts.signal);
-  const deadline = AbortSignal.timeout(opts.timeoutMs);
-  const signal = opts.signal ? AbortSignal.any([opts.signal, deadline]) : deadline;
+  // One controller per request, fed by a plain timer and the caller's signal: AbortSignal.timeout
+  // plus AbortSignal.any cost several percent of a drain's CPU in profiles.
+  const controller = new AbortController();
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    controller.abort(new DOMException(`no response within ${opts.timeoutMs} ms`, 'TimeoutError'));
+  }, opts.timeoutMs);
+  const onAbort = (): void => controller.abort(opts.signal?.reason);
+  opts.signal?.addEventListener('abort', onAbort, { once: true });
   try {
-    const res = await pool.request({ method: 'GET', path: opts.path, headers: opts.headers, signal });
+    const res = await pool.request({
+      method: 'GET',
+      path: opts.path,
+      headers: opts.headers,
+      signal: controller.signal,
+    });
     let body = '';
     if (opts.readBody(res.statusCode)) body = await res.body.text();
     else await res.body.dump();
@@ -40,10 +53,13 @@ export async function send(pool: Pool, url: string, opts: SendOptions): Promise<
   } catch (err) {
     if (opts.signal?.aborted) throw abortReason(opts.signal);
     const code = (err as { code?: unknown }).code;
-    if (deadline.aborted || (typeof code === 'string' && TIMEOUT_CODES.has(code))) {
+    if (timedOut || (typeof code === 'string' && TIMEOUT_CODES.has(code))) {
       throw new UpstreamTransportError(url, 'timeout', `no complete response within ${opts.timeoutMs} ms`);
     }
     throw new UpstreamTransportError(url, 'network', describe(err));
+  } finally {
+    clearTimeout(timer);
+    opts.signal?.removeEventListener('abort', onAbort);
   }
 }
 
