@@ -61,6 +61,8 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
 
   let backlogCache: { value: number; at: number } | undefined;
   let backlogInFlight: Promise<number> | undefined;
+  /** Changes this producer has queued (the largest sink's share of each page), for the estimate. */
+  let queuedTotal = 0;
   let closed: Promise<void> | undefined;
 
   /**
@@ -111,9 +113,11 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
       sink.added.jobs += jobsPerSink.get(sink.name) ?? 0;
       sink.added.changes += queued[sink.name] ?? 0;
     }
-    // Counted in at once (the next refresh replaces the sum with Redis's figures), so the poller
+    // Counted in at once (the next recount replaces the sum with Redis's figures), so the poller
     // never has to wait for a recount on its critical path.
-    if (backlogCache) backlogCache.value += Math.max(0, ...Object.values(queued));
+    const added = Math.max(0, ...Object.values(queued));
+    queuedTotal += added;
+    if (backlogCache) backlogCache.value += added;
     return queued;
   }
 
@@ -145,9 +149,13 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
    */
   async function maxBacklog(): Promise<number> {
     const fresh = backlogCache && Date.now() - backlogCache.at < BACKLOG_CACHE_MS;
-    if (!fresh) {
-      backlogInFlight ??= computeBacklog()
-        .then((value) => {
+    if (!fresh && !backlogInFlight) {
+      const before = queuedTotal;
+      backlogInFlight = computeBacklog()
+        .then((counted) => {
+          // Pages committed while Redis was being counted may be missing from its figures: add
+          // them (possibly twice; over-estimating is the safe side until the next recount).
+          const value = counted + (queuedTotal - before);
           backlogCache = { value, at: Date.now() };
           return value;
         })
