@@ -79,7 +79,9 @@ export class LocalAdmin implements QueueAdmin {
 
   async retryDead(filter: DeadLetterFilter): Promise<number> {
     const w = where(filter);
-    return this.db.transaction(() => {
+    // IMMEDIATE: this transaction reads before it writes, and a running daemon commits all the
+    // time; a deferred one would then fail to upgrade (SQLITE_BUSY) instead of waiting its turn.
+    const move = this.db.transaction(() => {
       const rows = this.db
         .prepare(`SELECT id, sink, key, body FROM dead_letters ${w.sql} ORDER BY id`)
         .all(...w.args) as {
@@ -98,7 +100,8 @@ export class LocalAdmin implements QueueAdmin {
         remove.run(r.id);
       }
       return rows.length;
-    })();
+    });
+    return move.immediate();
   }
 
   async dropDead(filter: DeadLetterFilter): Promise<number> {
