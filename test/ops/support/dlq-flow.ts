@@ -47,14 +47,14 @@ export async function exerciseDlq(opts: {
 
   const [dropped, ...toRetry] = refused;
   const drop = await cli('dlq', 'drop', '--sink', 'picky', '--key', dropped!);
-  expect(drop.stdout.trim()).toBe('dropped 1 dead letter');
+  expect(drop.stdout.trim(), drop.stderr).toBe('dropped 1 dead letter');
 
   unlinkSync(flag); // the operator fixed the cause
   const retryOne = await cli('dlq', 'retry', '--key', toRetry[0]!);
-  expect(retryOne.stdout.trim()).toBe('re-queued 1 dead letter');
+  expect(retryOne.stdout.trim(), retryOne.stderr).toBe('re-queued 1 dead letter');
   await waitFor(() => linesOf(pickyPath).includes(toRetry[0]!), 10_000, `${toRetry[0]} to reach the sink`);
   const retryRest = await cli('dlq', 'retry', '--sink', 'picky');
-  expect(retryRest.stdout.trim()).toBe(`re-queued ${toRetry.length - 1} dead letters`);
+  expect(retryRest.stdout.trim(), retryRest.stderr).toBe(`re-queued ${toRetry.length - 1} dead letters`);
   await waitFor(
     () => toRetry.every((k) => linesOf(pickyPath).includes(k)),
     10_000,
