@@ -43,6 +43,15 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
+function schemaVersion(path: string): number {
+  const db = new Database(path, { readonly: true, fileMustExist: true });
+  try {
+    return db.pragma('user_version', { simple: true }) as number;
+  } finally {
+    db.close();
+  }
+}
+
 /** Events at or below a cursor whose change is neither queued nor delivered (must be none). */
 function skippedEvents(db: Database.Database): string[] {
   // Cursor first, then the queue, then the jsonl: a change leaves the queue only after it was
@@ -71,7 +80,12 @@ function skippedEvents(db: Database.Database): string[] {
 }
 
 it(`never crashes and never moves a cursor past an unqueued event while pages are corrupted ${REPLAY}`, async () => {
-  await waitFor(() => existsSync(storePath), 20_000, `the store to exist ${REPLAY}`);
+  // The file appears before the daemon's migrations commit: wait for the schema, not the file.
+  await waitFor(
+    () => existsSync(storePath) && schemaVersion(storePath) > 0,
+    20_000,
+    `the store's schema ${REPLAY}`,
+  );
   const db = new Database(storePath, { readonly: true, fileMustExist: true });
   try {
     let samples = 0;

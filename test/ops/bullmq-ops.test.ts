@@ -79,6 +79,8 @@ describe('feedsync poll (bullmq, no workers)', () => {
         if (!existsSync(storePath)) return false;
         const db = new Database(storePath, { readonly: true });
         try {
+          // The file exists before the poller's migrations commit.
+          if ((db.pragma('user_version', { simple: true }) as number) === 0) return false;
           const rows = db.prepare('SELECT behind FROM source_status').all() as { behind: number }[];
           return rows.length === 2 && rows.every((r) => r.behind === 1);
         } finally {

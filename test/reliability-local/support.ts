@@ -140,6 +140,9 @@ export function storeSnapshot(storePath: string): { cursors: Map<string, number>
   const db = new Database(storePath, { readonly: true, fileMustExist: true });
   try {
     return db.transaction(() => {
+      // The file exists before the daemon's migrations commit: no schema yet, nothing stored yet.
+      if ((db.pragma('user_version', { simple: true }) as number) === 0)
+        return { cursors: new Map<string, number>(), queued: new Set<string>() };
       const cursors = new Map(
         (
           db.prepare('SELECT source, event_id FROM cursors').all() as { source: string; event_id: number }[]
