@@ -21,9 +21,4 @@ export class Limiter {
       else this.active--;
     }
   }
-
-  /** Tasks running now (for tests). */
-  get running(): number {
-    return this.active;
-  }
 }
