@@ -3,8 +3,8 @@
 # without it. scripts/verify-image-steps.sh replays these steps without a Docker engine;
 # keep the two in step when changing either.
 
-ARG NODE_IMAGE=node:20-bookworm
-ARG NODE_RUNTIME_IMAGE=node:20-bookworm-slim
+ARG NODE_IMAGE=node:24-bookworm
+ARG NODE_RUNTIME_IMAGE=node:24-bookworm-slim
 
 FROM ${NODE_IMAGE} AS build
 # better-sqlite3 compiles from source when no prebuilt binary can be fetched.
