@@ -9,7 +9,7 @@ import { dlqCommand } from './commands/dlq.js';
 import { sandboxCommand } from './commands/sandbox.js';
 import { statusCommand } from './commands/status.js';
 import { defaultConfigPath } from './config/load.js';
-import { ConfigError, errorMessage } from './errors.js';
+import { ConfigError, errorMessage } from './core/errors.js';
 import { version } from './version.js';
 
 const print = (s: string) => process.stdout.write(`${s}\n`);

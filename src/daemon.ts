@@ -2,11 +2,11 @@
 // acquired piece registers its releaser; stop() releases in reverse order within the budget.
 import type { Logger } from 'pino';
 import type { FeedsyncConfig } from './config/types.js';
-import { ConfigError, errorMessage } from './errors.js';
+import { ConfigError, errorMessage } from './core/errors.js';
 import { createLiveness, createReadiness } from './observability/health.js';
 import { createMetrics } from './observability/metrics.js';
 import { startHttpServer } from './observability/server.js';
-import { PipelineEvents } from './pipeline/events.js';
+import { PipelineEvents } from './core/events.js';
 import { runPoller } from './pipeline/poller.js';
 import { createLocalQueue } from './queue/local/index.js';
 

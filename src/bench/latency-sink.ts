@@ -1,7 +1,7 @@
 // A module sink for the live-latency run: records, per delivery, sink-acknowledged time minus the
 // event's timestamp (ms) as "key occurred_ms latency_ms" lines in options.path. Loaded by `feedsync run` from dist.
 import { appendFileSync } from 'node:fs';
-import type { Change } from '../pipeline/change.types.js';
+import type { Change } from '../core/change.js';
 import type { Sink, SinkContext } from '../sinks/sink.js';
 
 export default function createLatencySink(options: Record<string, unknown>, _ctx: SinkContext): Sink {

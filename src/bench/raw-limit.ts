@@ -4,7 +4,7 @@
 // Digest code. A ratio feedsync/raw holds on a noisy machine where absolute rates do not.
 import type { FeedEvent } from '../pipeline/change.js';
 import type { SourceConfig } from '../config/types.js';
-import { UpstreamAuthError } from '../errors.js';
+import { UpstreamAuthError } from '../core/errors.js';
 import { nextCursor, PAGE_SIZE } from '../pipeline/cursor.js';
 import { readFeedEvents } from '../pipeline/feed-page.js';
 import { mapLimit } from '../pipeline/map-limit.js';

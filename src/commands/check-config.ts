@@ -1,7 +1,7 @@
 // `feedsync check-config`: validate the config and show what feedsync will actually use
 // (defaults filled in, ${ENV} and *_file resolved), with every secret redacted.
 import { stringify } from 'yaml';
-import { ConfigError } from '../errors.js';
+import { ConfigError } from '../core/errors.js';
 import { loadConfigFile } from '../config/load.js';
 import { redactConfig } from '../config/redact.js';
 

@@ -1,5 +1,5 @@
 import type { FeedsyncConfig } from '../config/types.js';
-import { ConfigError } from '../errors.js';
+import { ConfigError } from '../core/errors.js';
 import { findLatestEventId } from '../pipeline/poller.js';
 import { services } from '../services/index.js';
 import { createUpstreamClient } from '../upstream/client.js';

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { validateConfig } from '../config/load.js';
 import { startDaemon } from '../daemon.js';
 import { createLogger } from '../observability/logger.js';
-import { PipelineEvents } from '../pipeline/events.js';
+import { PipelineEvents } from '../core/events.js';
 import { startSandbox } from '../sandbox/index.js';
 import { handleShutdownSignals } from '../signals.js';
 import { version } from '../version.js';

@@ -9,7 +9,7 @@ import { dirname, isAbsolute, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseDocument } from 'yaml';
 import type { z } from 'zod';
-import { ConfigError, errorMessage } from '../errors.js';
+import { ConfigError, errorMessage } from '../core/errors.js';
 import { joinPath, substituteEnv } from './env.js';
 import { configSchema, toConfigError, SINK_TYPES, type ConfigIssue } from './schema.js';
 import type { FeedsyncConfig, LoadedConfig } from './types.js';

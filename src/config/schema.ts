@@ -2,7 +2,7 @@
 // It validates an already env-substituted, *_file-resolved document; paths that depend on the
 // config file's location (module sinks) are resolved by load.ts after parsing.
 import { z } from 'zod';
-import { ConfigError } from '../errors.js';
+import { ConfigError } from '../core/errors.js';
 import type { FeedsyncConfig } from './types.js';
 
 export const SINK_TYPES = ['jsonl', 'webhook', 'sqlite', 'module'] as const;

@@ -1,6 +1,6 @@
 // The effective configuration, after ${ENV} substitution, *_file resolution and defaults.
 // The zod schema in schema.ts produces exactly this shape (checked at compile time there).
-import type { ServiceKind } from '../pipeline/change.types.js';
+import type { ServiceKind } from '../core/change.js';
 
 export interface SourceConfig {
   name: string;

@@ -2,8 +2,8 @@
 // working": its store and queue are reachable and no source is failing every poll. Liveness
 // only answers "is the event loop turning", so a Redis or upstream outage never gets the
 // process restarted by Kubernetes (that would not fix the outage and would lose progress).
-import type { PipelineEvents } from '../pipeline/events.js';
-import { errorMessage } from '../errors.js';
+import type { PipelineEvents } from '../core/events.js';
+import { errorMessage } from '../core/errors.js';
 import { redactUrlUserinfo } from './redact-text.js';
 
 export interface ReadinessStatus {

@@ -2,7 +2,7 @@
 // to PipelineEvents (the pipeline never calls a metric directly); queue gauges are read at
 // scrape time from the queue's own counts.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { PipelineEvents } from '../pipeline/events.js';
+import type { PipelineEvents } from '../core/events.js';
 import type { SinkJobCounts } from '../queue/queue.js';
 import type { Logger } from './logger.js';
 import { createCountsCache } from './queue-counts-cache.js';

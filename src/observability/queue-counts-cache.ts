@@ -2,7 +2,7 @@
 // must not each hit Redis, so one answer is shared for `ttlMs`; a failing read keeps the last
 // good answer so the gauges stay meaningful while the queue is unreachable.
 import type { SinkJobCounts } from '../queue/queue.js';
-import { errorMessage } from '../errors.js';
+import { errorMessage } from '../core/errors.js';
 import type { Logger } from './logger.js';
 import { redactUrlUserinfo } from './redact-text.js';
 

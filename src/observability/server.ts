@@ -3,7 +3,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
-import { errorMessage } from '../errors.js';
+import { errorMessage } from '../core/errors.js';
 import type { Liveness, Readiness } from './health.js';
 import type { Logger } from './logger.js';
 

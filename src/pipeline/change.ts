@@ -1,7 +1,7 @@
-import type { Resource } from '../upstream/resource.js';
-import type { Change, ServiceKind, SubjectState } from './change.types.js';
+import type { Resource } from '../core/resource.js';
+import type { Change, ServiceKind, SubjectState } from '../core/change.js';
 
-export type { Change, SubjectState } from './change.types.js';
+export type { Change, SubjectState } from '../core/change.js';
 
 const OPERATIONS = ['metadata_updated', 'created', 'updated', 'deleted'];
 

@@ -1,8 +1,8 @@
 import type { Logger } from 'pino';
 import { backoffDelay, sleep } from '../backoff.js';
-import { errorMessage, UpstreamAuthError } from '../errors.js';
+import { errorMessage, UpstreamAuthError } from '../core/errors.js';
 import type { UpstreamClient } from '../upstream/client.js';
-import type { Resource } from '../upstream/resource.js';
+import type { Resource } from '../core/resource.js';
 import type { FeedEvent, SubjectOutcome } from './change.js';
 import type { Limiter } from './limiter.js';
 

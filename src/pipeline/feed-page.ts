@@ -1,5 +1,5 @@
-import { DecodeError } from '../errors.js';
-import { isCollection, type Resource } from '../upstream/resource.js';
+import { DecodeError } from '../core/errors.js';
+import { isCollection, type Resource } from '../core/resource.js';
 import type { FeedEvent } from './change.js';
 
 /**

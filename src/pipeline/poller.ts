@@ -1,14 +1,14 @@
 import type { Logger } from 'pino';
 import { backoffDelay, sleep } from '../backoff.js';
 import type { SourceConfig } from '../config/types.js';
-import { errorMessage, UpstreamAuthError } from '../errors.js';
+import { errorMessage, UpstreamAuthError } from '../core/errors.js';
 import type { ChangeQueue } from '../queue/queue.js';
 import type { ServiceAdapter } from '../services/adapter.js';
 import type { CursorStore } from '../store/cursors.js';
 import type { UpstreamClient } from '../upstream/client.js';
 import { buildChange, type FeedEvent } from './change.js';
 import { nextCursor, observedDisorder, PAGE_SIZE } from './cursor.js';
-import type { PipelineEvents } from './events.js';
+import type { PipelineEvents } from '../core/events.js';
 import { ExpansionAborted, expandSubjects, GoneSubjects, type Expansion } from './expand.js';
 import { Limiter } from './limiter.js';
 import { readFeedEvents } from './feed-page.js';

@@ -1,6 +1,6 @@
 // One place that decides what a sink failure means and how long to wait, for both queue drivers.
 import { backoffDelay } from '../backoff.js';
-import { NeverError, RetryLaterError } from '../errors.js';
+import { NeverError, RetryLaterError } from '../core/errors.js';
 import type { QueueConfig } from '../config/types.js';
 
 export type FailureKind = 'retry' | 'never';

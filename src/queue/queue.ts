@@ -1,4 +1,4 @@
-import type { Change } from '../pipeline/change.types.js';
+import type { Change } from '../core/change.js';
 
 /** What a poller hands over once per page: every change of the page and the cursor after it. */
 export interface PageCommit {

@@ -1,7 +1,7 @@
 // The sandbox's control API under /_control (no auth, loopback only): the JS API over HTTP, so that
 // black-box tests and scripts can steer a sandbox running in another process.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { ConfigError, errorMessage } from '../errors.js';
+import { ConfigError, errorMessage } from '../core/errors.js';
 import { readBody, sendJson } from './http-io.js';
 import {
   SERVICE_NAMES,
@@ -11,7 +11,7 @@ import {
   type ServiceName,
 } from './types.js';
 import type { SandboxEvent } from './types.js';
-import type { Resource } from '../upstream/resource.js';
+import type { Resource } from '../core/resource.js';
 
 /** The part of the Sandbox the control API drives. */
 export interface Controllable {

@@ -2,7 +2,7 @@
 // XML, and sending a complete response.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { toXmlDocument, type XmlWriteOptions } from './xml-writer.js';
-import type { Resource } from '../upstream/resource.js';
+import type { Resource } from '../core/resource.js';
 
 export type Format = 'json' | 'xml';
 

@@ -2,7 +2,7 @@
 // /scheduling and /workflow, Digest auth on everything) plus an unauthenticated control API.
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { ConfigError } from '../errors.js';
+import { ConfigError } from '../core/errors.js';
 import { handleControl, type Controllable } from './control-api.js';
 import { DigestGuard } from './digest-auth.js';
 import { FaultInjector } from './faults.js';
@@ -22,7 +22,7 @@ import {
   type SandboxStats,
   type ServiceName,
 } from './types.js';
-import type { Resource } from '../upstream/resource.js';
+import type { Resource } from '../core/resource.js';
 
 export type {
   DigestAlgorithm,

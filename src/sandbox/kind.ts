@@ -2,7 +2,7 @@
 // and the two generic operations on it: build a new resource and apply an update.
 import type { Rng } from './prng.js';
 import type { World } from './world.js';
-import type { Json, Resource } from '../upstream/resource.js';
+import type { Json, Resource } from '../core/resource.js';
 
 export interface GenCtx {
   rng: Rng;

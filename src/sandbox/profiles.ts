@@ -6,7 +6,7 @@ import { PLURALS, SCHEDULING_KINDS, SCHEDULING_REL_ALIASES, schedulingPath } fro
 import { schedulingRoot } from './scheduling-reference.js';
 import type { ServiceName } from './types.js';
 import { WORK_AREA_IDS, WORKFLOW_KINDS, workflowChangeName, workflowRoot } from './workflow-kinds.js';
-import type { Resource } from '../upstream/resource.js';
+import type { Resource } from '../core/resource.js';
 
 export interface ServiceDescription {
   profile: ServiceProfile;

@@ -4,7 +4,7 @@
 import type { Rng } from './prng.js';
 import { code, instant, phrase } from './text-pool.js';
 import type { World } from './world.js';
-import type { Resource } from '../upstream/resource.js';
+import type { Resource } from '../core/resource.js';
 
 /** Reference resources (never event subjects) that links of generated resources point to. */
 export function seedSchedulingStatics(world: World, rng: Rng, startMs: number): void {

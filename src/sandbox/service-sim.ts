@@ -10,7 +10,7 @@ import type { RequestKind, SandboxEvent, ServiceName } from './types.js';
 import { seedWorkflowStatics } from './workflow-kinds.js';
 import { World } from './world.js';
 import type { XmlWriteOptions } from './xml-writer.js';
-import type { Collection, Resource } from '../upstream/resource.js';
+import type { Collection, Resource } from '../core/resource.js';
 
 export interface ServiceSimOptions {
   seed: number;

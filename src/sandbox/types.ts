@@ -1,7 +1,7 @@
 // The sandbox's public option and record types, and the one place where options get their defaults
 // and are checked (bad values name the offending option).
-import { ConfigError } from '../errors.js';
-import type { ServiceKind } from '../pipeline/change.types.js';
+import { ConfigError } from '../core/errors.js';
+import type { ServiceKind } from '../core/change.js';
 
 export type ServiceName = ServiceKind;
 export const SERVICE_NAMES: readonly ServiceName[] = ['scheduling', 'workflow'];

@@ -4,7 +4,7 @@ import type { FieldGen, KindDef, LinkGen } from './kind.js';
 import { code, instant, phrase, tagList } from './text-pool.js';
 import type { Rng } from './prng.js';
 import type { World } from './world.js';
-import type { Resource } from '../upstream/resource.js';
+import type { Resource } from '../core/resource.js';
 
 const CUD = ['created', 'updated', 'deleted'] as const;
 const STATUS = ['pending', 'in_progress', 'blocked', 'done'];

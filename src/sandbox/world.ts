@@ -2,7 +2,7 @@
 // are never the subject of an event (rules, licensors, work areas…), and per-type pools so that the
 // generator can pick a random live resource in O(1).
 import type { Rng } from './prng.js';
-import type { Resource } from '../upstream/resource.js';
+import type { Resource } from '../core/resource.js';
 
 class LivePool {
   private readonly paths: string[] = [];

@@ -1,7 +1,7 @@
 // Writes a resource, held in the specs' JSON conventions, as the specs' XML: the root element named
 // after the resource type (hyphenated), typed values with `type`, nulls as nil, links as <link/>,
 // embedded expansions inside their link element, collections as `type="array"` elements.
-import { isCollection, type Json, type Resource } from '../upstream/resource.js';
+import { isCollection, type Json, type Resource } from '../core/resource.js';
 
 export interface XmlWriteOptions {
   /** Rels whose XML name differs from the JSON one, per resource type (scheduling: asset → assets). */

@@ -1,6 +1,6 @@
 import type { SourceConfig } from '../config/types.js';
-import type { ServiceKind } from '../pipeline/change.types.js';
-import type { Resource } from '../upstream/resource.js';
+import type { ServiceKind } from '../core/change.js';
+import type { Resource } from '../core/resource.js';
 
 /**
  * Everything that differs between the two upstream services, in one small interface. The poller,

@@ -1,4 +1,4 @@
-import type { ServiceKind } from '../pipeline/change.types.js';
+import type { ServiceKind } from '../core/change.js';
 import type { ServiceAdapter } from './adapter.js';
 import { schedulingAdapter } from './scheduling.js';
 import { workflowAdapter } from './workflow.js';

@@ -1,4 +1,4 @@
-import type { Resource } from '../upstream/resource.js';
+import type { Resource } from '../core/resource.js';
 import { eventTypes, type ServiceAdapter } from './adapter.js';
 
 const ALL = ['created', 'updated', 'deleted'];

@@ -1,5 +1,5 @@
 import type { SinkFilter } from '../config/types.js';
-import type { Change } from '../pipeline/change.types.js';
+import type { Change } from '../core/change.js';
 
 /** An empty list means "any"; each non-empty list must contain the change's value. */
 export function passesFilter(filter: SinkFilter, change: Change): boolean {

@@ -2,8 +2,8 @@
 import { mkdir, open, stat, type FileHandle } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import type { JsonlSinkConfig } from '../config/types.js';
-import { errorMessage, RetryLaterError } from '../errors.js';
-import type { Change } from '../pipeline/change.types.js';
+import { errorMessage, RetryLaterError } from '../core/errors.js';
+import type { Change } from '../core/change.js';
 import { scanTail } from './jsonl-tail.js';
 import { RecentKeys } from './recent-keys.js';
 import type { Sink, SinkContext } from './sink.js';

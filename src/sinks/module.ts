@@ -2,8 +2,8 @@
 import { existsSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import type { ModuleSinkConfig } from '../config/types.js';
-import { ConfigError, errorMessage, FeedsyncError, NeverError, RetryLaterError } from '../errors.js';
-import type { Change } from '../pipeline/change.types.js';
+import { ConfigError, errorMessage, FeedsyncError, NeverError, RetryLaterError } from '../core/errors.js';
+import type { Change } from '../core/change.js';
 import type { Sink, SinkContext, SinkFactory } from './sink.js';
 
 export async function openModuleSink(config: ModuleSinkConfig, ctx: SinkContext): Promise<Sink> {

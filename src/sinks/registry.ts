@@ -1,7 +1,7 @@
 // Every sink type, listed explicitly: adding one means adding a line here, nothing registers
 // itself by being imported.
 import type { SinkConfig } from '../config/types.js';
-import { ConfigError } from '../errors.js';
+import { ConfigError } from '../core/errors.js';
 import { openJsonlSink } from './jsonl.js';
 import { openModuleSink } from './module.js';
 import type { Sink, SinkContext } from './sink.js';

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
-import type { Change } from '../pipeline/change.types.js';
+import type { Change } from '../core/change.js';
 
-export { NeverError, RetryLaterError } from '../errors.js';
+export { NeverError, RetryLaterError } from '../core/errors.js';
 
 /**
  * A sink receives changes. Lifecycle: the factory opens it, deliver() is called for each change

@@ -5,8 +5,8 @@ import Database from 'better-sqlite3';
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import type { SqliteSinkConfig } from '../config/types.js';
-import { errorMessage, FeedsyncError, RetryLaterError } from '../errors.js';
-import type { Change } from '../pipeline/change.types.js';
+import { errorMessage, FeedsyncError, RetryLaterError } from '../core/errors.js';
+import type { Change } from '../core/change.js';
 import type { Sink, SinkContext } from './sink.js';
 import { migrateMirror } from './sqlite-mirror-schema.js';
 

@@ -3,8 +3,8 @@ import { createHmac } from 'node:crypto';
 import { Pool } from 'undici';
 import { parseRetryAfter } from '../backoff.js';
 import type { WebhookSinkConfig } from '../config/types.js';
-import { ConfigError, errorMessage, NeverError, RetryLaterError } from '../errors.js';
-import type { Change } from '../pipeline/change.types.js';
+import { ConfigError, errorMessage, NeverError, RetryLaterError } from '../core/errors.js';
+import type { Change } from '../core/change.js';
 import type { Sink, SinkContext } from './sink.js';
 import { feedsyncVersion } from './version.js';
 

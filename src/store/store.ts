@@ -1,7 +1,7 @@
 import Database from 'better-sqlite3';
 import { accessSync, constants, mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { FeedsyncError } from '../errors.js';
+import { FeedsyncError } from '../core/errors.js';
 import { migrations } from './migrations.js';
 
 export type Db = Database.Database;

@@ -10,11 +10,11 @@ import {
   UpstreamHttpError,
   UpstreamTransportError,
   errorMessage,
-} from '../errors.js';
-import type { PipelineEvents } from '../pipeline/events.js';
+} from '../core/errors.js';
+import type { PipelineEvents } from '../core/events.js';
 import { decodeBody, type LinkRelMapper } from './decode.js';
 import { DigestChallengeError, DigestSession, parseDigestChallenge } from './digest.js';
-import type { Resource } from './resource.js';
+import type { Resource } from '../core/resource.js';
 import { abortReason, send, type RawResponse } from './transport.js';
 
 export interface UpstreamClientOptions {

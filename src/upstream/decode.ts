@@ -1,7 +1,7 @@
 // Response body → normalized Resource, whatever format was asked for. Every failure is a
 // DecodeError naming the URL, so the poller can log it and retry the page.
-import { DecodeError } from '../errors.js';
-import type { Json, Resource } from './resource.js';
+import { DecodeError } from '../core/errors.js';
+import type { Json, Resource } from '../core/resource.js';
 import { normalizeDateTime } from './datetime.js';
 import { decodeXml, XmlShapeError, type LinkRelMapper } from './xml-decode.js';
 

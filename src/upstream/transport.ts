@@ -2,7 +2,7 @@
 // out as an UpstreamTransportError built from the error's code and message only: undici errors
 // are never passed on as `cause`, so nothing of the request (its Authorization header) can leak.
 import { Pool } from 'undici';
-import { UpstreamTransportError } from '../errors.js';
+import { UpstreamTransportError } from '../core/errors.js';
 
 export interface RawResponse {
   status: number;

@@ -3,7 +3,7 @@
 // sent (whitespace included) and only the `type` attribute decides what becomes a number,
 // boolean, null or datetime.
 import { XMLParser, XMLValidator } from 'fast-xml-parser';
-import type { Json, Resource } from './resource.js';
+import type { Json, Resource } from '../core/resource.js';
 import { normalizeDateTime } from './datetime.js';
 
 export type LinkRelMapper = (resourceType: string, xmlRel: string) => string;

@@ -3,12 +3,12 @@
 // readFeedEvents on whatever decodeBody returned gives one event per entry or a DecodeError.
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DecodeError } from '../../src/errors.js';
+import { DecodeError } from '../../src/core/errors.js';
 import { readFeedEvents } from '../../src/pipeline/feed-page.js';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { services } from '../../src/services/index.js';
 import { decodeBody } from '../../src/upstream/decode.js';
-import { isCollection, type Resource } from '../../src/upstream/resource.js';
+import { isCollection, type Resource } from '../../src/core/resource.js';
 import { DigestTestClient } from '../sandbox/digest-test-client.js';
 import { mutatedBodyArb, type Format } from './support/mutate.js';
 

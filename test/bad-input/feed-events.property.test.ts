@@ -2,9 +2,9 @@
 // well-formed event per entry, in order, or throws a DecodeError naming the URL and the entry.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { DecodeError } from '../../src/errors.js';
+import { DecodeError } from '../../src/core/errors.js';
 import { readFeedEvents } from '../../src/pipeline/feed-page.js';
-import type { Json, Resource } from '../../src/upstream/resource.js';
+import type { Json, Resource } from '../../src/core/resource.js';
 
 const SEED = Number(process.env.FEEDSYNC_BAD_INPUT_SEED ?? Math.floor(Math.random() * 2 ** 31));
 const URL = 'http://127.0.0.1:9/workflow/api/events?newer_than=5';

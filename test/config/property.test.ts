@@ -7,7 +7,7 @@ import fc from 'fast-check';
 import { stringify } from 'yaml';
 import { describe, expect, it } from 'vitest';
 import { parseConfig, validateConfig } from '../../src/config/load.js';
-import { ConfigError } from '../../src/errors.js';
+import { ConfigError } from '../../src/core/errors.js';
 
 const EXAMPLE = readFileSync(
   resolve(dirname(fileURLToPath(import.meta.url)), '../../config/feedsync.yaml'),

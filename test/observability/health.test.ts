@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { createLiveness, createReadiness } from '../../src/observability/health.js';
-import { PipelineEvents } from '../../src/pipeline/events.js';
+import { PipelineEvents } from '../../src/core/events.js';
 import { startStack } from './stack.js';
 
 type Stack = Awaited<ReturnType<typeof startStack>>;

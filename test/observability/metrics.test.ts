@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { createMetrics } from '../../src/observability/metrics.js';
-import { PipelineEvents } from '../../src/pipeline/events.js';
+import { PipelineEvents } from '../../src/core/events.js';
 import type { SinkJobCounts } from '../../src/queue/queue.js';
 import { metricFamilies, parseSamples, sampleValue, type Sample } from './prom-text.js';
 import { promtool } from './promtool.js';

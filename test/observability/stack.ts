@@ -1,5 +1,5 @@
 // Starts the real metrics registry, readiness tracker and HTTP server on 127.0.0.1:0.
-import { PipelineEvents } from '../../src/pipeline/events.js';
+import { PipelineEvents } from '../../src/core/events.js';
 import type { SinkJobCounts } from '../../src/queue/queue.js';
 import { createLiveness, createReadiness, type ReadinessCheck } from '../../src/observability/health.js';
 import { createLogger } from '../../src/observability/logger.js';

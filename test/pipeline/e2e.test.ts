@@ -2,7 +2,7 @@
 // exactly one schema-valid change, in both formats, with every subject state and start position.
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Change } from '../../src/pipeline/change.types.js';
+import type { Change } from '../../src/core/change.js';
 import type { Sandbox } from '../../src/sandbox/index.js';
 import { assertValidChange } from '../support/change-schema.js';
 import { rawConfig, readJsonl, startTestDaemon, tempDir, waitFor, withSandbox } from '../support/harness.js';

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Rng } from '../../src/sandbox/prng.js';
-import { PipelineEvents } from '../../src/pipeline/events.js';
-import type { Change } from '../../src/pipeline/change.types.js';
+import { PipelineEvents } from '../../src/core/events.js';
+import type { Change } from '../../src/core/change.js';
 import { createBullmqDelivery } from '../../src/queue/bullmq/delivery.js';
 import { createBullmqProducer } from '../../src/queue/bullmq/producer.js';
 import { startRedis, type RedisServer } from '../support/redis.js';

@@ -1,6 +1,6 @@
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { PipelineEvents } from '../../src/pipeline/events.js';
+import { PipelineEvents } from '../../src/core/events.js';
 import { createBullmqDelivery } from '../../src/queue/bullmq/delivery.js';
 import { createBullmqProducer, type BullmqProducer } from '../../src/queue/bullmq/producer.js';
 import type { DeliveryRunner } from '../../src/queue/queue.js';

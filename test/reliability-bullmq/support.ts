@@ -7,7 +7,7 @@ import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { rawConfig, readJsonl, type SourceOverrides } from '../support/harness.js';
 import type { CliProcess, LogEntry } from '../support/process.js';
-import type { Change } from '../../src/pipeline/change.types.js';
+import type { Change } from '../../src/core/change.js';
 import type { Sandbox } from '../../src/sandbox/index.js';
 
 /** Replay a failing run with FEEDSYNC_RELIABILITY_SEED=<seed printed in the failure>. */

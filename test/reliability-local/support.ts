@@ -5,9 +5,9 @@ import { Rng } from '../../src/sandbox/prng.js';
 import Database from 'better-sqlite3';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Change } from '../../src/pipeline/change.types.js';
+import type { Change } from '../../src/core/change.js';
 import type { Sandbox, ServiceName } from '../../src/sandbox/index.js';
-import type { Resource } from '../../src/upstream/resource.js';
+import type { Resource } from '../../src/core/resource.js';
 import { rawConfig, readJsonl, waitFor, type SourceOverrides } from '../support/harness.js';
 import { spawnCli, writeConfig, type CliProcess } from '../support/process.js';
 

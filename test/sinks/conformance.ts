@@ -1,6 +1,6 @@
 // The conformance suite every sink passes (one *.test.ts per sink calls it with a harness).
 import { afterEach, describe, expect, it } from 'vitest';
-import { NeverError, RetryLaterError } from '../../src/errors.js';
+import { NeverError, RetryLaterError } from '../../src/core/errors.js';
 import type { Sink } from '../../src/sinks/sink.js';
 import { makeChange } from './support/make-change.js';
 

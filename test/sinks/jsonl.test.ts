@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { JsonlSinkConfig } from '../../src/config/types.js';
-import { RetryLaterError } from '../../src/errors.js';
+import { RetryLaterError } from '../../src/core/errors.js';
 import { openJsonlSink, type JsonlSink } from '../../src/sinks/jsonl.js';
 import { keyOfLine } from '../../src/sinks/jsonl-tail.js';
 import { describeSinkConformance } from './conformance.js';

@@ -5,7 +5,7 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ModuleSinkConfig } from '../../src/config/types.js';
-import { ConfigError, FeedsyncError, NeverError, RetryLaterError } from '../../src/errors.js';
+import { ConfigError, FeedsyncError, NeverError, RetryLaterError } from '../../src/core/errors.js';
 import { openModuleSink } from '../../src/sinks/module.js';
 import type { Sink } from '../../src/sinks/sink.js';
 import { describeSinkConformance } from './conformance.js';

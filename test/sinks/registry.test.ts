@@ -4,7 +4,7 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SinkConfig } from '../../src/config/types.js';
-import { ConfigError } from '../../src/errors.js';
+import { ConfigError } from '../../src/core/errors.js';
 import { openSink, sinkTypes } from '../../src/sinks/registry.js';
 import { makeChange, testContext } from './support/make-change.js';
 import { startReceiver, type Receiver } from './support/receiver.js';

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { SqliteSinkConfig } from '../../src/config/types.js';
-import type { Change } from '../../src/pipeline/change.types.js';
+import type { Change } from '../../src/core/change.js';
 import type { Sink } from '../../src/sinks/sink.js';
 import { openSqliteSink } from '../../src/sinks/sqlite-mirror.js';
 import { describeSinkConformance } from './conformance.js';

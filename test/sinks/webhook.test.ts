@@ -2,7 +2,7 @@ import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { WebhookSinkConfig } from '../../src/config/types.js';
-import { ConfigError, NeverError, RetryLaterError } from '../../src/errors.js';
+import { ConfigError, NeverError, RetryLaterError } from '../../src/core/errors.js';
 import type { Sink } from '../../src/sinks/sink.js';
 import { openWebhookSink } from '../../src/sinks/webhook.js';
 import { describeSinkConformance } from './conformance.js';

@@ -7,7 +7,7 @@ import pino from 'pino';
 import { validateConfig } from '../../src/config/load.js';
 import type { FeedsyncConfig } from '../../src/config/types.js';
 import { startDaemon, type Daemon, type DaemonMode } from '../../src/daemon.js';
-import type { Change } from '../../src/pipeline/change.types.js';
+import type { Change } from '../../src/core/change.js';
 import { startSandbox, type Sandbox, type SandboxOptions } from '../../src/sandbox/index.js';
 
 export function tempDir(prefix = 'feedsync-test-'): string {

@@ -5,8 +5,8 @@ import {
   UpstreamAuthError,
   UpstreamHttpError,
   UpstreamTransportError,
-} from '../../src/errors.js';
-import { PipelineEvents } from '../../src/pipeline/events.js';
+} from '../../src/core/errors.js';
+import { PipelineEvents } from '../../src/core/events.js';
 import {
   createUpstreamClient,
   type UpstreamClient,

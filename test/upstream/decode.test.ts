@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { DecodeError } from '../../src/errors.js';
+import { DecodeError } from '../../src/core/errors.js';
 import { decodeBody } from '../../src/upstream/decode.js';
 import { normalizeDateTime } from '../../src/upstream/datetime.js';
 

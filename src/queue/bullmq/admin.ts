@@ -4,7 +4,7 @@ import { Queue, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { pino, type Logger } from 'pino';
 import type { QueueConfig } from '../../config/types.js';
-import { FeedsyncError, errorMessage } from '../../errors.js';
+import { FeedsyncError, errorMessage } from '../../core/errors.js';
 import type { DeadLetter, DeadLetterFilter, QueueAdmin, SinkJobCounts } from '../queue.js';
 import { progressOf } from './attempts.js';
 import { buryFailedSlices, openDeadQueue, undeliveredOf, type DeadChange } from './dead-letters.js';

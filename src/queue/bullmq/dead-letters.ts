@@ -5,8 +5,8 @@
 import { Queue, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { errorMessage } from '../../errors.js';
-import type { Change } from '../../pipeline/change.types.js';
+import { errorMessage } from '../../core/errors.js';
+import type { Change } from '../../core/change.js';
 import { progressOf } from './attempts.js';
 import { deadQueueName, jobIdForKey } from './names.js';
 import { changesOf } from './slice.js';

@@ -17,8 +17,8 @@
 // Queue names cannot collide although sink names may contain `.`: a shard queue's name always ends
 // in `.` + decimal digits and a dead queue's in `.dead`, so no name is both; and stripping that
 // fixed suffix gives back the sink name, so two sinks never share a queue.
-import { FeedsyncError } from '../../errors.js';
-import type { Change } from '../../pipeline/change.types.js';
+import { FeedsyncError } from '../../core/errors.js';
+import type { Change } from '../../core/change.js';
 
 export function bullPrefix(prefix: string): string {
   return `{${prefix}}`;

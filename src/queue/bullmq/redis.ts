@@ -4,7 +4,7 @@ import { Redis, type RedisOptions } from 'ioredis';
 import { connect as netConnect } from 'node:net';
 import type { Logger } from 'pino';
 import type { QueueConfig } from '../../config/types.js';
-import { FeedsyncError, errorMessage } from '../../errors.js';
+import { FeedsyncError, errorMessage } from '../../core/errors.js';
 
 /**
  * - worker: commands wait through an outage (BullMQ requires `maxRetriesPerRequest: null` for

@@ -2,8 +2,8 @@
 // in feed order. Producer, delivery and admin share these helpers so they agree on ids and shapes.
 import { randomUUID } from 'node:crypto';
 import type { QueueConfig } from '../../config/types.js';
-import { FeedsyncError } from '../../errors.js';
-import type { Change } from '../../pipeline/change.types.js';
+import { FeedsyncError } from '../../core/errors.js';
+import type { Change } from '../../core/change.js';
 import { fnv1a, jobIdForKey } from './names.js';
 
 export interface ChangeSlice {

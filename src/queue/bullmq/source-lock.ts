@@ -4,7 +4,7 @@
 import type { Redis } from 'ioredis';
 import { pino, type Logger } from 'pino';
 import { sleep } from '../../backoff.js';
-import { FeedsyncError, errorMessage } from '../../errors.js';
+import { FeedsyncError, errorMessage } from '../../core/errors.js';
 import { sourceLockKey } from './names.js';
 import { closeRedis, createRedisConnection } from './redis.js';
 

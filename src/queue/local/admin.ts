@@ -1,4 +1,4 @@
-import type { Change } from '../../pipeline/change.types.js';
+import type { Change } from '../../core/change.js';
 import type { Db } from '../../store/store.js';
 import type { DeadLetter, DeadLetterFilter, QueueAdmin, SinkJobCounts } from '../queue.js';
 

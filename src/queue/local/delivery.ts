@@ -1,8 +1,8 @@
 import type { Logger } from 'pino';
 import type { QueueConfig } from '../../config/types.js';
-import { errorMessage } from '../../errors.js';
-import type { Change } from '../../pipeline/change.types.js';
-import type { PipelineEvents } from '../../pipeline/events.js';
+import { errorMessage } from '../../core/errors.js';
+import type { Change } from '../../core/change.js';
+import type { PipelineEvents } from '../../core/events.js';
 import type { Db } from '../../store/store.js';
 import { afterRetryableFailure, classifyFailure } from '../delivery-policy.js';
 import type { DeliveryRunner, SinkRuntime } from '../queue.js';

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { QueueConfig, SinkFilter } from '../../config/types.js';
-import type { PipelineEvents } from '../../pipeline/events.js';
+import type { PipelineEvents } from '../../core/events.js';
 import type { CursorStore } from '../../store/cursors.js';
 import type { Db } from '../../store/store.js';
 import type { SinkRuntime } from '../queue.js';

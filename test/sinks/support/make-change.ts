@@ -1,7 +1,7 @@
 // Builds valid feedsync.change.v1 objects for sink tests. Event ids come from one counter per
 // process so changes built by different tests never share a key by accident.
 import pino from 'pino';
-import type { Change } from '../../../src/pipeline/change.types.js';
+import type { Change } from '../../../src/core/change.js';
 import type { SinkContext } from '../../../src/sinks/sink.js';
 
 export const BASE = 'http://127.0.0.1:4010/scheduling';

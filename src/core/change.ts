@@ -1,4 +1,4 @@
-import type { Resource } from '../upstream/resource.js';
+import type { Resource } from './resource.js';
 
 export type SubjectState = 'present' | 'gone' | 'deleted' | 'skipped';
 export type ServiceKind = 'scheduling' | 'workflow';
