@@ -333,6 +333,31 @@ describe('helm chart: monitoring', () => {
     expect(JSON.parse(dashboard?.data['feedsync.json'])).toEqual(dashboardFile);
   });
 
+  it('points every runbook_url at metrics.prometheusRule.runbookBaseUrl, keeping the anchors', () => {
+    const objects = chart.render([
+      '-f',
+      chart.valuesFile('monitoring.yaml', values()),
+      '--set',
+      'metrics.prometheusRule.runbookBaseUrl=https://wiki.example.com/ops/feedsync',
+      '--api-versions',
+      'monitoring.coreos.com/v1',
+    ]);
+    const rulesFile = parse(readFileSync(join(chart.chartDir, 'rules/feedsync.rules.yaml'), 'utf8'));
+    const rendered = one(objects, 'PrometheusRule').spec.groups[0].rules as any[];
+    expect(rendered.map((r) => r.alert)).toEqual(rulesFile.groups[0].rules.map((r: any) => r.alert));
+    for (const [i, rule] of rendered.entries()) {
+      const fromFile = rulesFile.groups[0].rules[i];
+      expect(rule.annotations.runbook_url).toBe(
+        `https://wiki.example.com/ops/feedsync#${rule.alert.toLowerCase()}`,
+      );
+      // Everything else is the file's, unchanged.
+      expect({ ...rule, annotations: { ...rule.annotations, runbook_url: undefined } }).toEqual({
+        ...fromFile,
+        annotations: { ...fromFile.annotations, runbook_url: undefined },
+      });
+    }
+  });
+
   it('skips the operator objects when the cluster lacks monitoring.coreos.com/v1', () => {
     const objects = chart.render(['-f', chart.valuesFile('monitoring.yaml', values())]);
     expect(ofKind(objects, 'ServiceMonitor')).toEqual([]);
