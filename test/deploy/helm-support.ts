@@ -10,6 +10,11 @@ import { Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { ConfigMap, Pod, Secret, Service, ServiceAccount } from 'kubernetes-models/v1';
+import { ScaledObject } from '@kubernetes-models/keda/keda.sh/v1alpha1';
+import {
+  PrometheusRule,
+  ServiceMonitor,
+} from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
 
 export const repoRoot = resolve(fileURLToPath(new URL('.', import.meta.url)), '../..');
 const helmBin = join(repoRoot, '.helm/bin/helm');
@@ -118,16 +123,18 @@ const models: Record<string, new (data: any) => { validate(): void }> = {
   'v1/Secret': Secret,
   'v1/Service': Service,
   'v1/ServiceAccount': ServiceAccount,
+  // CRDs, validated against the schemas their operators publish.
+  'keda.sh/v1alpha1/ScaledObject': ScaledObject,
+  'monitoring.coreos.com/v1/PrometheusRule': PrometheusRule,
+  'monitoring.coreos.com/v1/ServiceMonitor': ServiceMonitor,
 };
 
-/** Validates every core object against the Kubernetes OpenAPI schemas (offline). */
+/** Validates every object against the Kubernetes (and KEDA / Prometheus Operator CRD) schemas, offline. */
 export function validateAgainstKubernetes(objects: K8sObject[]): string[] {
   const validated: string[] = [];
   for (const obj of objects) {
     const model = models[`${obj.apiVersion}/${obj.kind}`];
     if (!model) {
-      // CRDs (Prometheus Operator, KEDA): no schema here; their tests check the fields.
-      if (/^(monitoring\.coreos\.com|keda\.sh)\//.test(obj.apiVersion)) continue;
       throw new Error(`no Kubernetes schema for ${obj.apiVersion} ${obj.kind} ${obj.metadata.name}`);
     }
     try {
