@@ -9,7 +9,12 @@ import { parseAllDocuments, stringify } from 'yaml';
 import { Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
-import { ConfigMap, Secret, Service, ServiceAccount } from 'kubernetes-models/v1';
+import { ConfigMap, Pod, Secret, Service, ServiceAccount } from 'kubernetes-models/v1';
+import { ScaledObject } from '@kubernetes-models/keda/keda.sh/v1alpha1';
+import {
+  PrometheusRule,
+  ServiceMonitor,
+} from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
 
 export const repoRoot = resolve(fileURLToPath(new URL('.', import.meta.url)), '../..');
 const helmBin = join(repoRoot, '.helm/bin/helm');
@@ -114,18 +119,22 @@ const models: Record<string, new (data: any) => { validate(): void }> = {
   'autoscaling/v2/HorizontalPodAutoscaler': HorizontalPodAutoscaler,
   'policy/v1/PodDisruptionBudget': PodDisruptionBudget,
   'v1/ConfigMap': ConfigMap,
+  'v1/Pod': Pod,
   'v1/Secret': Secret,
   'v1/Service': Service,
   'v1/ServiceAccount': ServiceAccount,
+  // CRDs, validated against the schemas their operators publish.
+  'keda.sh/v1alpha1/ScaledObject': ScaledObject,
+  'monitoring.coreos.com/v1/PrometheusRule': PrometheusRule,
+  'monitoring.coreos.com/v1/ServiceMonitor': ServiceMonitor,
 };
 
-/** Validates every core object against the Kubernetes OpenAPI schemas (offline). */
+/** Validates every object against the Kubernetes (and KEDA / Prometheus Operator CRD) schemas, offline. */
 export function validateAgainstKubernetes(objects: K8sObject[]): string[] {
   const validated: string[] = [];
   for (const obj of objects) {
     const model = models[`${obj.apiVersion}/${obj.kind}`];
     if (!model) {
-      if (obj.apiVersion.startsWith('monitoring.coreos.com/')) continue; // CRDs: no schema here
       throw new Error(`no Kubernetes schema for ${obj.apiVersion} ${obj.kind} ${obj.metadata.name}`);
     }
     try {
@@ -150,6 +159,13 @@ export function one(objects: K8sObject[], kind: string, name?: string): K8sObjec
   return found[0]!;
 }
 
+/** The workload running `feedsync <command>` (exactly one). */
+export function workloadRunning(objects: K8sObject[], command: string): K8sObject {
+  const found = workloads(objects).filter((w) => mainContainer(w).args?.[0] === command);
+  if (found.length !== 1) throw new Error(`expected one workload running ${command}, found ${found.length}`);
+  return found[0]!;
+}
+
 /** StatefulSets and Deployments: the objects that run feedsync pods. */
 export function workloads(objects: K8sObject[]): K8sObject[] {
   return objects.filter((o) => o.kind === 'StatefulSet' || o.kind === 'Deployment');
@@ -168,9 +184,10 @@ export function replicasRunning(objects: K8sObject[], command: string): number {
   for (const w of workloads(objects)) {
     for (const c of w.spec.template.spec.containers as any[]) {
       if (c.args?.[0] !== command) continue;
-      const autoscaled = ofKind(objects, 'HorizontalPodAutoscaler').some(
-        (h) => h.spec.scaleTargetRef.name === w.metadata.name,
-      );
+      const autoscaled = [
+        ...ofKind(objects, 'HorizontalPodAutoscaler'),
+        ...ofKind(objects, 'ScaledObject'),
+      ].some((h) => h.spec.scaleTargetRef.name === w.metadata.name);
       total += autoscaled ? Infinity : (w.spec.replicas ?? 1);
     }
   }

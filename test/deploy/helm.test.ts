@@ -1,5 +1,8 @@
 // The Helm chart, rendered by the real helm binary and checked object by object.
+import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
@@ -13,6 +16,7 @@ import {
   renderedConfig,
   replicasRunning,
   validateAgainstKubernetes,
+  workloadRunning,
   workloads,
   type ChartSandbox,
   type K8sObject,
@@ -84,8 +88,12 @@ function assertCommonInvariants(objects: K8sObject[]): void {
     );
   }
 
-  // Never more than one process polling a feed.
-  expect(replicasRunning(objects, 'run') + replicasRunning(objects, 'poll')).toBe(1);
+  // Single mode: exactly one `run` (the SQLite store has one writer). Scaled mode: any number of
+  // `poll` replicas (sources are leased in Redis), no `run`.
+  const runs = replicasRunning(objects, 'run');
+  const polls = replicasRunning(objects, 'poll');
+  expect(runs === 1 ? polls : runs, 'run and poll replicas').toBe(0);
+  expect(runs + polls).toBeGreaterThanOrEqual(1);
 
   for (const cm of ofKind(objects, 'ConfigMap')) {
     const text = JSON.stringify(cm);
@@ -108,7 +116,17 @@ function assertCommonInvariants(objects: K8sObject[]): void {
       .reduce((acc: any, key) => acc[key], config);
     expect(value, path).toMatch(new RegExp(`^${SECRETS_DIR}[A-Za-z0-9._-]+$`));
   }
-  expect(config.store).toEqual({ path: '/data/feedsync.db' });
+  if (config.queue.driver === 'bullmq') {
+    // Scaled mode keeps the pollers' state in Redis: no store, and no volume for poll.
+    expect(config.store).toBeUndefined();
+    const poll = workloadRunning(objects, 'poll');
+    expect(poll.kind).toBe('Deployment');
+    expect(poll.spec.volumeClaimTemplates).toBeUndefined();
+    expect(mainContainer(poll).volumeMounts.map((m: any) => m.mountPath)).not.toContain('/data');
+    expect(ofKind(objects, 'PersistentVolumeClaim')).toEqual([]);
+  } else {
+    expect(config.store).toEqual({ path: '/data/feedsync.db' });
+  }
   expect(config.http).toEqual({ host: '0.0.0.0', port: 9464 });
 
   const metrics = ofKind(objects, 'Service').find((s) => s.metadata.name.endsWith('-metrics'));
@@ -175,19 +193,30 @@ describe('helm chart: mode scaled with autoscaling and chart-managed secrets', (
     expect(r.code, r.stdout + r.stderr).toBe(0);
   });
 
-  it('renders a singleton poller, autoscaled workers, a PDB and the Secret', () => {
+  it('renders standby pollers without a volume, autoscaled workers, PDBs and the Secret', () => {
     const objects = chart.render(['-f', chart.valuesFile('scaled.yaml', values())]);
     assertCommonInvariants(objects);
+    expect(ofKind(objects, 'StatefulSet')).toEqual([]);
 
-    const poller = one(objects, 'StatefulSet');
-    expect(poller.spec.replicas).toBe(1);
-    expect(mainContainer(poller).args).toEqual(['poll']);
-    expect(poller.spec.volumeClaimTemplates).toHaveLength(1);
+    const poller = workloadRunning(objects, 'poll');
+    expect(poller.kind).toBe('Deployment');
+    expect(poller.spec.replicas).toBe(2);
+    expect(poller.spec.template.spec.volumes.map((v: any) => v.name)).not.toContain('data');
+    // Spread across nodes, so a node failure leaves a standby.
+    expect(poller.spec.template.spec.topologySpreadConstraints).toEqual([
+      {
+        maxSkew: 1,
+        topologyKey: 'kubernetes.io/hostname',
+        whenUnsatisfiable: 'ScheduleAnyway',
+        labelSelector: { matchLabels: poller.spec.selector.matchLabels },
+      },
+    ]);
 
-    const worker = one(objects, 'Deployment');
-    expect(mainContainer(worker).args).toEqual(['work']);
+    const worker = workloadRunning(objects, 'work');
+    expect(worker.kind).toBe('Deployment');
     expect(worker.spec.replicas).toBeUndefined(); // the HPA owns the count
-    expect(replicasRunning(objects, 'poll')).toBe(1);
+    expect(worker.spec.template.spec.topologySpreadConstraints).toBeUndefined();
+    expect(replicasRunning(objects, 'poll')).toBe(2);
     expect(replicasRunning(objects, 'run')).toBe(0);
 
     const hpa = one(objects, 'HorizontalPodAutoscaler');
@@ -197,9 +226,17 @@ describe('helm chart: mode scaled with autoscaling and chart-managed secrets', (
       name: worker.metadata.name,
     });
     expect([hpa.spec.minReplicas, hpa.spec.maxReplicas]).toEqual([3, 7]);
+    expect(ofKind(objects, 'ScaledObject')).toEqual([]);
 
-    const pdb = one(objects, 'PodDisruptionBudget');
-    expect(pdb.spec.selector.matchLabels).toEqual(worker.spec.selector.matchLabels);
+    const pdbs = ofKind(objects, 'PodDisruptionBudget');
+    expect(pdbs).toHaveLength(2);
+    const pollPdb = pdbs.find((p) => p.metadata.name.endsWith('-poll'))!;
+    expect(pollPdb.spec).toEqual({
+      minAvailable: 1,
+      selector: { matchLabels: poller.spec.selector.matchLabels },
+    });
+    const workPdb = pdbs.find((p) => p.metadata.name.endsWith('-work'))!;
+    expect(workPdb.spec.selector.matchLabels).toEqual(worker.spec.selector.matchLabels);
     expect(poller.spec.selector.matchLabels).not.toEqual(worker.spec.selector.matchLabels);
 
     const { config } = renderedConfig(objects);
@@ -230,7 +267,7 @@ describe('helm chart: mode scaled with autoscaling and chart-managed secrets', (
       '--set',
       'worker.replicas=4',
     ]);
-    expect(one(objects, 'Deployment').spec.replicas).toBe(4);
+    expect(workloadRunning(objects, 'work').spec.replicas).toBe(4);
     expect(ofKind(objects, 'HorizontalPodAutoscaler')).toEqual([]);
   });
 
@@ -248,7 +285,8 @@ describe('helm chart: mode scaled with autoscaling and chart-managed secrets', (
       '--set',
       'secrets.values.hook-secret=another-LEAKCHECK',
     ]);
-    const annotations = (objs: K8sObject[]) => one(objs, 'Deployment').spec.template.metadata.annotations;
+    const annotations = (objs: K8sObject[]) =>
+      workloadRunning(objs, 'work').spec.template.metadata.annotations;
     expect(annotations(logChanged)['checksum/config']).not.toBe(annotations(base)['checksum/config']);
     expect(annotations(logChanged)['checksum/secret']).toBe(annotations(base)['checksum/secret']);
     expect(annotations(pwChanged)['checksum/secret']).not.toBe(annotations(base)['checksum/secret']);
@@ -295,6 +333,31 @@ describe('helm chart: monitoring', () => {
     expect(JSON.parse(dashboard?.data['feedsync.json'])).toEqual(dashboardFile);
   });
 
+  it('points every runbook_url at metrics.prometheusRule.runbookBaseUrl, keeping the anchors', () => {
+    const objects = chart.render([
+      '-f',
+      chart.valuesFile('monitoring.yaml', values()),
+      '--set',
+      'metrics.prometheusRule.runbookBaseUrl=https://wiki.example.com/ops/feedsync',
+      '--api-versions',
+      'monitoring.coreos.com/v1',
+    ]);
+    const rulesFile = parse(readFileSync(join(chart.chartDir, 'rules/feedsync.rules.yaml'), 'utf8'));
+    const rendered = one(objects, 'PrometheusRule').spec.groups[0].rules as any[];
+    expect(rendered.map((r) => r.alert)).toEqual(rulesFile.groups[0].rules.map((r: any) => r.alert));
+    for (const [i, rule] of rendered.entries()) {
+      const fromFile = rulesFile.groups[0].rules[i];
+      expect(rule.annotations.runbook_url).toBe(
+        `https://wiki.example.com/ops/feedsync#${rule.alert.toLowerCase()}`,
+      );
+      // Everything else is the file's, unchanged.
+      expect({ ...rule, annotations: { ...rule.annotations, runbook_url: undefined } }).toEqual({
+        ...fromFile,
+        annotations: { ...fromFile.annotations, runbook_url: undefined },
+      });
+    }
+  });
+
   it('skips the operator objects when the cluster lacks monitoring.coreos.com/v1', () => {
     const objects = chart.render(['-f', chart.valuesFile('monitoring.yaml', values())]);
     expect(ofKind(objects, 'ServiceMonitor')).toEqual([]);
@@ -326,6 +389,334 @@ describe('helm chart: existing secrets', () => {
       ]);
     }
   });
+});
+
+describe('helm chart: worker autoscaling on the backlog (KEDA)', () => {
+  const keda = (extra: Record<string, unknown> = {}) => ({
+    mode: 'scaled',
+    redis: { url: REDIS_URL },
+    secrets: { values: SECRETS },
+    worker: {
+      autoscaling: {
+        minReplicas: 1,
+        maxReplicas: 12,
+        keda: { enabled: true, serverAddress: 'http://prometheus-operated.monitoring.svc:9090', ...extra },
+      },
+    },
+  });
+
+  it('passes helm lint --strict', () => {
+    const r = lintStrict([chart.valuesFile('keda.yaml', keda())]);
+    expect(r.code, r.stdout + r.stderr).toBe(0);
+  });
+
+  it('renders a ScaledObject on the waiting jobs of the largest sink instead of the HPA', () => {
+    const objects = chart.render(['-n', 'sync', '-f', chart.valuesFile('keda.yaml', keda())]);
+    assertCommonInvariants(objects);
+    const worker = workloadRunning(objects, 'work');
+    expect(worker.spec.replicas).toBeUndefined(); // KEDA owns the count
+    expect(ofKind(objects, 'HorizontalPodAutoscaler')).toEqual([]);
+    const so = one(objects, 'ScaledObject');
+    expect(so.apiVersion).toBe('keda.sh/v1alpha1');
+    expect(so.spec).toMatchObject({
+      scaleTargetRef: { apiVersion: 'apps/v1', kind: 'Deployment', name: worker.metadata.name },
+      minReplicaCount: 1,
+      maxReplicaCount: 12,
+      pollingInterval: 30,
+      cooldownPeriod: 300,
+    });
+    expect(so.spec.triggers).toEqual([
+      {
+        type: 'prometheus',
+        metadata: {
+          serverAddress: 'http://prometheus-operated.monitoring.svc:9090',
+          // KEDA reads one sample: the per-sink maxima reduced to the largest.
+          query:
+            'max(max by (sink) (feedsync_queue_jobs{state="waiting", namespace="sync", service="fs-feedsync-metrics"}))',
+          threshold: '10',
+          activationThreshold: '0',
+        },
+      },
+    ]);
+    // The default query selects the metrics Service the chart renders.
+    expect(ofKind(objects, 'Service').map((x) => x.metadata.name)).toContain('fs-feedsync-metrics');
+  });
+
+  it('takes a custom query, threshold and TriggerAuthentication', () => {
+    const objects = chart.render([
+      '-f',
+      chart.valuesFile(
+        'keda.yaml',
+        keda({
+          query: 'max(feedsync_queue_jobs{state="waiting"})',
+          threshold: 25,
+          authenticationRef: 'prom-auth',
+        }),
+      ),
+    ]);
+    const trigger = one(objects, 'ScaledObject').spec.triggers[0];
+    expect(trigger.metadata.query).toBe('max(feedsync_queue_jobs{state="waiting"})');
+    expect(trigger.metadata.threshold).toBe('25');
+    expect(trigger.authenticationRef).toEqual({ name: 'prom-auth' });
+  });
+
+  it('renders no ScaledObject unless enabled, nor in single mode', () => {
+    const scaled = { mode: 'scaled', redis: { url: REDIS_URL }, secrets: { values: SECRETS } };
+    expect(ofKind(chart.render(['-f', chart.valuesFile('s.yaml', scaled)]), 'ScaledObject')).toEqual([]);
+    const single = chart.render([
+      '--set',
+      'worker.autoscaling.keda.enabled=true',
+      '--set',
+      'worker.autoscaling.keda.serverAddress=http://p:9090',
+    ]);
+    expect(ofKind(single, 'ScaledObject')).toEqual([]);
+    expect(ofKind(single, 'Deployment')).toEqual([]);
+  });
+
+  it('fails without a Prometheus address', () => {
+    const r = chart.helm([
+      'template',
+      'fs',
+      chart.chartDir,
+      '-f',
+      chart.valuesFile('k.yaml', keda({ serverAddress: '' })),
+    ]);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(/worker\.autoscaling\.keda\.serverAddress/);
+  });
+});
+
+describe('helm chart: pod customisation', () => {
+  // A `type: module` sink whose code comes from a ConfigMap, copied by an init container, with
+  // every pod-level knob set once.
+  const custom = () => ({
+    serviceAccount: { annotations: { 'eks.amazonaws.com/role-arn': 'arn:aws:iam::1:role/feedsync' } },
+    config: {
+      sources: [
+        {
+          name: 'scheduling',
+          service: 'scheduling',
+          base_url: 'https://scheduling.example.invalid/scheduling',
+          username: '${SCHED_USER}',
+          password_file: '/etc/feedsync/secrets/scheduling-password',
+        },
+      ],
+      sinks: [{ name: 'mine', type: 'module', module: '/opt/sinks/mine.js', options: { topic: 'x' } }],
+    },
+    secrets: { values: { 'scheduling-password': SECRETS['scheduling-password'] } },
+    extraVolumes: [
+      { name: 'sink-src', configMap: { name: 'my-sink-code' } },
+      { name: 'sink-code', emptyDir: {} },
+    ],
+    extraVolumeMounts: [{ name: 'sink-code', mountPath: '/opt/sinks', readOnly: true }],
+    initContainers: [
+      {
+        name: 'copy-sink',
+        image: 'busybox:1.36',
+        command: ['cp', '-r', '/src/.', '/opt/sinks/'],
+        volumeMounts: [
+          { name: 'sink-src', mountPath: '/src' },
+          { name: 'sink-code', mountPath: '/opt/sinks' },
+        ],
+      },
+    ],
+    extraEnv: [
+      { name: 'SCHED_USER', valueFrom: { secretKeyRef: { name: 'sched-user', key: 'username' } } },
+      { name: 'NODE_OPTIONS', value: '--max-old-space-size=400' },
+    ],
+    envFrom: [{ configMapRef: { name: 'feedsync-env' } }, { secretRef: { name: 'feedsync-env-secret' } }],
+    affinity: {
+      nodeAffinity: {
+        requiredDuringSchedulingIgnoredDuringExecution: {
+          nodeSelectorTerms: [{ matchExpressions: [{ key: 'pool', operator: 'In', values: ['sync'] }] }],
+        },
+      },
+    },
+    topologySpreadConstraints: [
+      { maxSkew: 1, topologyKey: 'topology.kubernetes.io/zone', whenUnsatisfiable: 'ScheduleAnyway' },
+    ],
+    priorityClassName: 'feedsync-high',
+    podAnnotations: { 'example.com/team': 'sync' },
+    podLabels: { team: 'sync' },
+    livenessProbe: { periodSeconds: 30 },
+    readinessProbe: { timeoutSeconds: 9 },
+    startupProbe: null,
+  });
+
+  it('passes helm lint --strict in both modes', () => {
+    for (const extra of [{}, { mode: 'scaled', redis: { url: REDIS_URL } }]) {
+      const r = lintStrict([chart.valuesFile('custom.yaml', { ...custom(), ...extra })]);
+      expect(r.code, r.stdout + r.stderr).toBe(0);
+    }
+  });
+
+  it('renders every value into every feedsync pod', () => {
+    for (const extra of [{}, { mode: 'scaled', redis: { url: REDIS_URL } }]) {
+      const objects = chart.render(['-f', chart.valuesFile('custom.yaml', { ...custom(), ...extra })]);
+      validateAgainstKubernetes(objects);
+      expect(one(objects, 'ServiceAccount').metadata.annotations).toEqual({
+        'eks.amazonaws.com/role-arn': 'arn:aws:iam::1:role/feedsync',
+      });
+      for (const w of workloads(objects)) {
+        const where = `${w.kind} ${w.metadata.name}`;
+        const pod = w.spec.template.spec;
+        const c = mainContainer(w);
+        expect(pod.volumes, where).toEqual(expect.arrayContaining(custom().extraVolumes));
+        expect(c.volumeMounts, where).toContainEqual({
+          name: 'sink-code',
+          mountPath: '/opt/sinks',
+          readOnly: true,
+        });
+        // The init container gets the chart's restricted security context, having set none.
+        expect(pod.initContainers, where).toEqual([
+          {
+            ...custom().initContainers[0],
+            securityContext: expect.objectContaining({ readOnlyRootFilesystem: true, runAsNonRoot: true }),
+          },
+        ]);
+        expect(c.env, where).toEqual([
+          { name: 'FEEDSYNC_CONFIG', value: '/etc/feedsync/feedsync.yaml' },
+          ...custom().extraEnv,
+        ]);
+        expect(c.envFrom, where).toEqual(custom().envFrom);
+        expect(pod.affinity, where).toEqual(custom().affinity);
+        expect(pod.priorityClassName, where).toBe('feedsync-high');
+        expect(w.spec.template.metadata.annotations['example.com/team'], where).toBe('sync');
+        expect(w.spec.template.metadata.labels.team, where).toBe('sync');
+        // The user's zone spread applies to each workload's own pods.
+        expect(pod.topologySpreadConstraints, where).toContainEqual({
+          maxSkew: 1,
+          topologyKey: 'topology.kubernetes.io/zone',
+          whenUnsatisfiable: 'ScheduleAnyway',
+          labelSelector: { matchLabels: w.spec.selector.matchLabels },
+        });
+        // Probe overrides merge over the defaults; null removes one.
+        expect(c.livenessProbe, where).toEqual({
+          httpGet: { path: '/healthz', port: 'metrics' },
+          periodSeconds: 30,
+          timeoutSeconds: 5,
+          failureThreshold: 6,
+        });
+        expect(c.readinessProbe.timeoutSeconds, where).toBe(9);
+        expect(c.readinessProbe.httpGet, where).toEqual({ path: '/readyz', port: 'metrics' });
+        expect(c.startupProbe, where).toBeUndefined();
+      }
+      const { config } = renderedConfig(objects);
+      expect(config.sinks[0]).toEqual({
+        name: 'mine',
+        type: 'module',
+        module: '/opt/sinks/mine.js',
+        options: { topic: 'x' },
+      });
+    }
+  });
+
+  it('leaves runAsUser, runAsGroup and fsGroup to the platform when set to null (OpenShift)', () => {
+    const openshift = {
+      mode: 'scaled',
+      redis: { url: REDIS_URL },
+      secrets: { values: SECRETS },
+      podSecurityContext: { runAsUser: null, runAsGroup: null, fsGroup: null },
+      securityContext: { runAsUser: null, runAsGroup: null },
+      initContainers: [{ name: 'init', image: 'busybox:1.36', command: ['true'] }],
+    };
+    const file = chart.valuesFile('openshift.yaml', openshift);
+    const lint = lintStrict([file]);
+    expect(lint.code, lint.stdout + lint.stderr).toBe(0);
+    const objects = chart.render(['-f', file]);
+    validateAgainstKubernetes(objects);
+    const pods = [
+      ...workloads(objects).map((w) => w.spec.template.spec),
+      ...ofKind(objects, 'Pod').map((p) => p.spec),
+    ];
+    expect(pods).toHaveLength(3);
+    for (const pod of pods) {
+      expect(pod.securityContext).toEqual({
+        runAsNonRoot: true,
+        fsGroupChangePolicy: 'OnRootMismatch',
+        seccompProfile: { type: 'RuntimeDefault' },
+      });
+      for (const c of [...pod.containers, ...(pod.initContainers ?? [])]) {
+        expect(c.securityContext, c.name).toEqual({
+          runAsNonRoot: true,
+          readOnlyRootFilesystem: true,
+          allowPrivilegeEscalation: false,
+          capabilities: { drop: ['ALL'] },
+          seccompProfile: { type: 'RuntimeDefault' },
+        });
+      }
+    }
+  });
+
+  it("accepts a parent chart's global values (subchart use)", () => {
+    const file = chart.valuesFile('global.yaml', {
+      global: {
+        imageRegistry: 'registry.example',
+        imagePullSecrets: ['x'],
+        storageClass: 'fast',
+        custom: { a: 1 },
+      },
+    });
+    const lint = lintStrict([file]);
+    expect(lint.code, lint.stdout + lint.stderr).toBe(0);
+    assertCommonInvariants(chart.render(['-f', file]));
+  });
+});
+
+describe('helm chart: helm test hook', () => {
+  it('renders a test pod asking /readyz of the release through the metrics Service', () => {
+    const objects = chart.render();
+    const pod = one(objects, 'Pod');
+    expect(pod.metadata.annotations).toMatchObject({ 'helm.sh/hook': 'test' });
+    expect(pod.spec.restartPolicy).toBe('Never');
+    const c = pod.spec.containers[0];
+    expect(c.image).toBe(mainContainer(one(objects, 'StatefulSet')).image);
+    expect(c.command).toEqual(['node', '-e']);
+    expect(c.args.slice(1)).toEqual(['http://fs-feedsync-metrics:9464/readyz', '120']);
+    expect(c.securityContext).toMatchObject({ readOnlyRootFilesystem: true, runAsNonRoot: true });
+    expect(ofKind(objects, 'Service').map((x) => x.metadata.name)).toContain('fs-feedsync-metrics');
+  });
+
+  it('is left out when disabled or without the metrics Service', () => {
+    expect(ofKind(chart.render(['--set', 'tests.enabled=false']), 'Pod')).toEqual([]);
+    expect(ofKind(chart.render(['--set', 'metrics.service.enabled=false']), 'Pod')).toEqual([]);
+  });
+
+  it('its script passes once /readyz answers 200 and fails when it never does', async () => {
+    const script = one(chart.render(), 'Pod').spec.containers[0].args[0] as string;
+    let answers = 0;
+    const server = createServer((req, res) => {
+      answers += 1;
+      const ready = req.url === '/eventually' && answers >= 2;
+      res.writeHead(ready ? 200 : 503, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ ready }));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    const run = (path: string, timeoutSeconds: string) =>
+      new Promise<{ code: number | null; out: string }>((resolve) => {
+        const child = spawn(process.execPath, [
+          '-e',
+          script,
+          `http://127.0.0.1:${port}${path}`,
+          timeoutSeconds,
+        ]);
+        let out = '';
+        child.stdout.on('data', (d) => (out += d));
+        child.stderr.on('data', (d) => (out += d));
+        child.on('close', (code) => resolve({ code, out }));
+      });
+    try {
+      const ok = await run('/eventually', '20');
+      expect(ok.code, ok.out).toBe(0);
+      expect(ok.out).toContain('200 {"ready":true}');
+      const never = await run('/never', '1');
+      expect(never.code, never.out).toBe(1);
+      expect(never.out).toContain('not ready: 503');
+    } finally {
+      server.close();
+    }
+  }, 30_000);
 });
 
 describe('helm chart: bad values fail', () => {
@@ -381,6 +772,26 @@ describe('helm chart: bad values fail', () => {
       'lint and template',
     ],
     ['scaled mode without Redis', { mode: 'scaled' }, /redis\/(url|existingSecret)/, 'lint and template'],
+    ['a typo in the poller values', { poller: { replica: 3 } }, /replica/, 'lint and template'],
+    [
+      'a typo in the KEDA values',
+      { worker: { autoscaling: { keda: { treshold: 5 } } } },
+      /treshold/,
+      'lint and template',
+    ],
+    ['a typo in a top-level pod value', { tolerations: [], affinty: {} }, /affinty/, 'lint and template'],
+    [
+      'an extra volume named like a chart volume',
+      { extraVolumes: [{ name: 'secrets', emptyDir: {} }] },
+      /extraVolumes/,
+      'lint and template',
+    ],
+    [
+      'an env var with both value and valueFrom',
+      { extraEnv: [{ name: 'X', value: 'a', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } }] },
+      /extraEnv/,
+      'lint and template',
+    ],
     [
       'a grace period shorter than the shutdown budget',
       { terminationGracePeriodSeconds: 10 },

@@ -111,7 +111,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $_ := set $queue "driver" "local" -}}
 {{- end -}}
 {{- $_ := set $cfg "queue" $queue -}}
+{{- /* Scaled mode keeps the pollers' state in Redis: no local store, no volume. */ -}}
+{{- if ne .Values.mode "scaled" -}}
 {{- $_ := set $cfg "store" (dict "path" "/data/feedsync.db") -}}
+{{- end -}}
 {{- $_ := set $cfg "http" (dict "host" "0.0.0.0" "port" (int .Values.metrics.port)) -}}
 {{- toYaml $cfg -}}
 {{- end -}}
@@ -147,6 +150,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
     defaultMode: 0440
     sources:
       {{- toYaml $sources | nindent 6 }}
+{{- end }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
 {{- end -}}
 {{- end -}}
 
@@ -154,36 +160,73 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if or .Values.secrets.existingSecret (include "feedsync.chartSecretNeeded" .) (and (eq .Values.mode "scaled") .Values.redis.existingSecret) -}}true{{- end -}}
 {{- end -}}
 
-{{/* Pod-level fields shared by every feedsync pod. */}}
+{{/* Topology spread constraints with `labelSelector` defaulted to the workload's own pods;
+     call with (dict "root" $ "component" "..." "constraints" list). */}}
+{{- define "feedsync.spreadConstraints" -}}
+{{- $selector := dict "matchLabels" (merge (dict "app.kubernetes.io/component" .component) (include "feedsync.selectorLabels" .root | fromYaml)) -}}
+{{- $out := list -}}
+{{- range .constraints -}}
+{{- $c := deepCopy . -}}
+{{- if not (hasKey $c "labelSelector") -}}
+{{- $_ := set $c "labelSelector" $selector -}}
+{{- end -}}
+{{- $out = append $out $c -}}
+{{- end -}}
+{{- if $out -}}
+{{- toYaml $out -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Pod-level fields shared by every feedsync pod; call with
+     (dict "root" $ "component" "..." "spread" <extra topology spread constraints>). */}}
 {{- define "feedsync.podSpecCommon" -}}
-serviceAccountName: {{ include "feedsync.serviceAccountName" . }}
+{{- $root := .root -}}
+serviceAccountName: {{ include "feedsync.serviceAccountName" $root }}
 # feedsync never talks to the Kubernetes API.
 automountServiceAccountToken: false
 enableServiceLinks: false
-terminationGracePeriodSeconds: {{ include "feedsync.terminationGracePeriodSeconds" . }}
+terminationGracePeriodSeconds: {{ include "feedsync.terminationGracePeriodSeconds" $root }}
+{{- with $root.Values.podSecurityContext }}
 securityContext:
-  runAsNonRoot: true
-  runAsUser: 10001
-  runAsGroup: 10001
-  fsGroup: 10001
-  fsGroupChangePolicy: OnRootMismatch
-  seccompProfile:
-    type: RuntimeDefault
-{{- with .Values.imagePullSecrets }}
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $root.Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $root.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.nodeSelector }}
+{{- with $root.Values.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.tolerations }}
+{{- with $root.Values.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- with $root.Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- $spread := include "feedsync.spreadConstraints" (dict "root" $root "component" .component "constraints" (concat (default (list) $root.Values.topologySpreadConstraints) (default (list) .spread))) }}
+{{- if $spread }}
+topologySpreadConstraints:
+  {{- $spread | nindent 2 }}
+{{- end }}
+{{- with $root.Values.initContainers }}
+initContainers:
+  {{- range . }}
+  {{- $c := deepCopy . }}
+  {{- if and (not (hasKey $c "securityContext")) $root.Values.securityContext }}
+  {{- $_ := set $c "securityContext" $root.Values.securityContext }}
+  {{- end }}
+  - {{- toYaml $c | nindent 4 }}
+  {{- end }}
+{{- end }}
 {{- end -}}
 
-{{/* The feedsync container; call with (dict "root" $ "command" "run|poll|work" "resources" ...). */}}
+{{/* The feedsync container; call with (dict "root" $ "command" "run|poll|work" "resources" ... "data" bool). */}}
 {{- define "feedsync.container" -}}
 {{- $root := .root -}}
 - name: feedsync
@@ -193,44 +236,27 @@ tolerations:
   env:
     - name: FEEDSYNC_CONFIG
       value: /etc/feedsync/feedsync.yaml
-    {{- range $root.Values.extraEnv }}
-    - name: {{ .name }}
-      value: {{ .value | quote }}
+    {{- with $root.Values.extraEnv }}
+    {{- toYaml . | nindent 4 }}
     {{- end }}
+  {{- with $root.Values.envFrom }}
+  envFrom:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
   ports:
     - name: metrics
       containerPort: {{ $root.Values.metrics.port }}
       protocol: TCP
-  startupProbe:
-    httpGet:
-      path: /healthz
-      port: metrics
-    periodSeconds: 2
-    failureThreshold: 60
-  livenessProbe:
-    httpGet:
-      path: /healthz
-      port: metrics
-    periodSeconds: 10
-    timeoutSeconds: 5
-    failureThreshold: 6
-  readinessProbe:
-    httpGet:
-      path: /readyz
-      port: metrics
-    periodSeconds: 10
-    timeoutSeconds: 5
-    failureThreshold: 3
+  {{- range $probe := list "startupProbe" "livenessProbe" "readinessProbe" }}
+  {{- with index $root.Values $probe }}
+  {{ $probe }}:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- end }}
+  {{- with $root.Values.securityContext }}
   securityContext:
-    runAsNonRoot: true
-    runAsUser: 10001
-    runAsGroup: 10001
-    readOnlyRootFilesystem: true
-    allowPrivilegeEscalation: false
-    capabilities:
-      drop: ["ALL"]
-    seccompProfile:
-      type: RuntimeDefault
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
   {{- with .resources }}
   resources:
     {{- toYaml . | nindent 4 }}
@@ -245,10 +271,15 @@ tolerations:
       mountPath: {{ include "feedsync.secretsDir" $root }}
       readOnly: true
     {{- end }}
+    {{- if .data }}
     - name: data
       mountPath: /data
+    {{- end }}
     - name: tmp
       mountPath: /tmp
+    {{- with $root.Values.extraVolumeMounts }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
 {{- end -}}
 
 {{/* Roll pods whenever the rendered config or the chart's Secret changes. */}}
@@ -258,4 +289,15 @@ checksum/secret: {{ include (print .Template.BasePath "/secret.yaml") . | sha256
 {{- with .Values.podAnnotations }}
 {{ toYaml . }}
 {{- end }}
+{{- end -}}
+
+{{/* Whether something other than `worker.replicas` owns the worker count (HPA or KEDA). */}}
+{{- define "feedsync.workersAutoscaled" -}}
+{{- if and (eq .Values.mode "scaled") (or .Values.worker.autoscaling.enabled .Values.worker.autoscaling.keda.enabled) -}}true{{- end -}}
+{{- end -}}
+
+{{- define "feedsync.autoscalingBounds" -}}
+{{- if gt (int .Values.worker.autoscaling.minReplicas) (int .Values.worker.autoscaling.maxReplicas) -}}
+{{- fail "worker.autoscaling.minReplicas must not exceed worker.autoscaling.maxReplicas" -}}
+{{- end -}}
 {{- end -}}
