@@ -128,15 +128,27 @@ export function describeQueueDriverConformance(name: string, harness: DriverHarn
       expect(sink.attempts.get(held)).toBe(4);
     });
 
-    it('waits as a Retry-After asks without spending attempts', async () => {
-      const change = makeChange('throttled');
+    it('waits as a Retry-After asks without spending attempts, holding back the subject', async () => {
+      const [change, next] = [makeChange('throttled'), makeChange('throttled')];
       const sink = new RecordingSink({
-        fail: (_, attempt) => (attempt <= 4 ? new RetryLaterError('busy', 30) : undefined),
+        fail: (c, attempt) =>
+          c.key === change.key && attempt <= 3 ? new RetryLaterError('busy', 150) : undefined,
       });
-      const q = await open({ sink }, { attempts: 2 });
-      await q.commit([change]);
-      await waitFor(() => sink.delivered.length === 1, 20_000, 'delivery after four throttled answers');
-      expect(q.outcomes.get(change.key)).toEqual(['retry', 'retry', 'retry', 'retry', 'ok']);
+      const q = await open({ sink }, { attempts: 2, backoff_ms: 5, max_backoff_ms: 2_000 });
+      const at = new Map<string, number>();
+      q.events.on('delivery:finished', (e) => {
+        if (!at.has(e.outcome)) at.set(e.outcome, Date.now());
+      });
+      await q.commit([change, next]);
+      await waitFor(
+        () => sink.delivered.length === 2,
+        20_000,
+        'both delivered after three throttled answers',
+      );
+      expect(sink.keys()).toEqual([change.key, next.key]);
+      expect(q.outcomes.get(change.key)).toEqual(['retry', 'retry', 'retry', 'ok']);
+      // Three waits of 150 ms as asked, not the 5 ms backoff.
+      expect(at.get('ok')! - at.get('retry')!).toBeGreaterThanOrEqual(400);
       expect((await q.counts('sink')).dead).toBe(0);
     });
 
@@ -201,6 +213,9 @@ export function describeQueueDriverConformance(name: string, harness: DriverHarn
       expect(await admin.listDead({ sink: 'other', key: changes[1]!.key })).toMatchObject([
         { sink: 'other', key: changes[1]!.key },
       ]);
+      expect(await admin.listDead({ key: changes[1]!.key })).toHaveLength(2);
+      expect(await admin.listDead({ sink: 'other', key: 'src:none' })).toEqual([]);
+      await expect(admin.listDead({ sink: 'nope' })).rejects.toThrow(/unknown sink "nope"/);
 
       healed = true;
       expect(await admin.retryDead({ sink: 'broken', key: changes[0]!.key })).toBe(1);
