@@ -172,7 +172,7 @@ describe('module sink', () => {
   });
 
   it("passes feedsync's own error classes through unchanged", async () => {
-    const errors = new URL('../../src/errors.ts', import.meta.url).href;
+    const errors = new URL('../../src/core/errors.ts', import.meta.url).href;
     const sink = await openUser(
       `import { NeverError } from ${JSON.stringify(errors)};
        export const thrown = new NeverError('bad change');
