@@ -70,44 +70,6 @@ function harness(config: QueueConfig, sinks: Record<string, RecordingSink>): Har
 }
 
 describe('bullmq delivery', () => {
-  it('retries a retry-later failure with backoff, then delivers; counts every outcome', async () => {
-    const config = queueConfig(redis.url, { attempts: 5, backoff_ms: 30, max_backoff_ms: 60 });
-    const hook = new RecordingSink({
-      fail: (c, attempt) => (c.event_id === 2 && attempt <= 2 ? retryLater() : undefined),
-    });
-    const h = harness(config, { hook });
-    await h.producer.commitPage({
-      source: 'scheduling',
-      changes: [makeChange(1), makeChange(2)],
-      cursor: 2,
-      seenAbove: [],
-    });
-    await h.runner.start();
-    await waitFor('both changes delivered', () => hook.delivered.length >= 2);
-    expect(hook.attempts.get('scheduling:2')).toBe(3);
-    expect(hook.attempts.get('scheduling:1')).toBe(1);
-    const forKey2 = h.finished.filter((e) => e.key === 'scheduling:2').map((e) => e.outcome);
-    expect(forKey2).toEqual(['retry', 'retry', 'ok']);
-    const ok = h.finished.find((e) => e.key === 'scheduling:1' && e.outcome === 'ok')!;
-    expect(ok.sink).toBe('hook');
-    expect(ok.endToEndSeconds).toBeGreaterThanOrEqual(1);
-    expect(ok.durationSeconds).toBeGreaterThanOrEqual(0);
-    expect((await h.admin.counts()).hook).toEqual({ waiting: 0, active: 0, delayed: 0, failed: 0, dead: 0 });
-  });
-
-  it('keeps a retrying change at the head of its shard: the next change of the subject waits for it', async () => {
-    const config = queueConfig(redis.url, { shards: 1, attempts: 10, backoff_ms: 20, max_backoff_ms: 40 });
-    const hook = new RecordingSink({
-      fail: (c, attempt) => (c.event_id === 1 && attempt <= 3 ? retryLater() : undefined),
-    });
-    const h = harness(config, { hook });
-    const changes = range(1, 5).map((id) => makeChange(id, { subject: 'same-subject' }));
-    await h.producer.commitPage({ source: 'scheduling', changes, cursor: 5, seenAbove: [] });
-    await h.runner.start();
-    await waitFor('5 deliveries', () => hook.delivered.length >= 5);
-    expect(hook.keys()).toEqual(changes.map((c) => c.key));
-  });
-
   it('admin operations fail with a clear error instead of hanging when Redis is unreachable', async () => {
     const down = await startRedis();
     await down.stop();
@@ -126,22 +88,6 @@ describe('bullmq delivery', () => {
     } finally {
       await admin.close();
     }
-  });
-
-  it('a retried dead letter gets a fresh set of attempts', async () => {
-    const config = queueConfig(redis.url, { attempts: 2, backoff_ms: 5, max_backoff_ms: 10 });
-    let failUntil = 2;
-    const hook = new RecordingSink({
-      fail: (_c, attempt) => (attempt <= failUntil ? retryLater() : undefined),
-    });
-    const h = harness(config, { hook });
-    await h.producer.commitPage({ source: 'scheduling', changes: [makeChange(1)], cursor: 1, seenAbove: [] });
-    await h.runner.start();
-    await waitFor('dead letter', async () => (await h.admin.counts()).hook!.dead === 1);
-    failUntil = 3; // one more failure on the replay: must still be within the fresh 2 attempts
-    expect(await h.admin.retryDead({})).toBe(1);
-    await waitFor('delivered after retry', () => hook.delivered.length === 1);
-    expect(hook.attempts.get('scheduling:1')).toBe(4);
   });
 });
 

@@ -115,6 +115,29 @@ export function describeQueueDriverConformance(name: string, harness: DriverHarn
       },
     );
 
+    it('reports every outcome as an event: retries, then ok with its timings; a bad occurred_at has no end-to-end time', async () => {
+      const [flaky, steady] = [makeChange('events-a'), makeChange('events-b')];
+      const odd = { ...makeChange('events-c'), occurred_at: 'not a time' };
+      const sink = new RecordingSink({
+        fail: (c, attempt) =>
+          c.key === flaky.key && attempt <= 2 ? new RetryLaterError('later') : undefined,
+      });
+      const q = await open({ sink }, { attempts: 5 });
+      const ok = new Map<string, { durationSeconds: number; endToEndSeconds?: number }>();
+      q.events.on('delivery:finished', (e) => {
+        if (e.outcome === 'ok') ok.set(e.key, e);
+      });
+      await q.commit([flaky, steady, odd]);
+      await waitFor(() => ok.size === 3, 20_000, 'three ok events');
+      expect(q.outcomes.get(flaky.key)).toEqual(['retry', 'retry', 'ok']);
+      expect(q.outcomes.get(steady.key)).toEqual(['ok']);
+      expect(ok.get(steady.key)!.endToEndSeconds).toBeGreaterThanOrEqual(1);
+      expect(ok.get(steady.key)!.durationSeconds).toBeGreaterThanOrEqual(0);
+      expect(ok.get(odd.key)!.endToEndSeconds).toBeUndefined();
+      await waitFor(async () => drained(await q.counts('sink')), 10_000, 'sink drained');
+      expect(await q.counts('sink')).toEqual({ waiting: 0, active: 0, delayed: 0, failed: 0, dead: 0 });
+    });
+
     it('delivers in total queue order at concurrency 1 and one shard, a retrying change holding back the rest', async () => {
       const changes = Array.from({ length: 30 }, (_, i) => makeChange(`total-${i % 7}`));
       const held = changes[2]!.key;
@@ -232,6 +255,22 @@ export function describeQueueDriverConformance(name: string, harness: DriverHarn
       await waitFor(async () => drained(await q.counts('broken')), 10_000, 'broken drained');
       expect(await q.counts('broken')).toMatchObject({ dead: 0 });
       expect(await q.counts('other')).toMatchObject({ dead: 0 });
+    });
+
+    it('gives a retried dead letter a fresh set of attempts', async () => {
+      const change = makeChange('fresh');
+      let failUntil = 2;
+      const sink = new RecordingSink({
+        fail: (_, attempt) => (attempt <= failUntil ? new RetryLaterError('down') : undefined),
+      });
+      const q = await open({ sink }, { attempts: 2 });
+      await q.commit([change]);
+      await waitFor(async () => (await q.counts('sink')).dead === 1, 20_000, 'a dead letter');
+      // One more failure on the replay: still within the fresh two attempts.
+      failUntil = 3;
+      expect(await q.driver.admin.retryDead({})).toBe(1);
+      await waitFor(() => sink.delivered.length === 1, 20_000, 'delivered after the retry');
+      expect(sink.attempts.get(change.key)).toBe(4);
     });
 
     it('counts queued, retrying and dead changes per sink', async () => {
