@@ -2,7 +2,10 @@
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
+import { PipelineEvents } from '../../src/core/events.js';
+import { openQueueDriver } from '../../src/queue/drivers.js';
 import { tempDir } from '../support/harness.js';
 import { driverConfig } from './support.js';
 
@@ -46,4 +49,19 @@ describe('queue driver selection', () => {
     // The probe does see them when the bullmq driver's module is imported.
     expect(packagesLoaded(config, 'ops', 'queue/bullmq/index.js')).toContain('bullmq');
   });
+
+  it.each(['poll', 'work'] as const)(
+    'refuses "%s" with the local driver, naming queue.driver',
+    async (mode) => {
+      const config = driverConfig(tempDir(), ['out']);
+      const opening = openQueueDriver({
+        config,
+        mode,
+        sinks: [],
+        events: new PipelineEvents(),
+        logger: pino({ level: 'silent' }),
+      });
+      await expect(opening).rejects.toThrow(/queue\.driver: "feedsync .*" needs queue\.driver: bullmq/);
+    },
+  );
 });
