@@ -1,21 +1,23 @@
 import { DecodeError } from '../core/errors.js';
-import { isCollection, type Resource } from '../core/resource.js';
+import { isNormalizedCollection, type Json, type Representation, type Resource } from '../core/resource.js';
 import type { FeedEvent } from './change.js';
 
 /**
  * Turn a decoded feed response into events, checking every field the pipeline relies on. A page
  * with an unusable event fails as a whole (and is retried): skipping the event would lose it.
  */
-export function readFeedEvents(page: Resource, url: string): FeedEvent[] {
-  if (!isCollection(page))
-    throw new DecodeError(url, `expected a collection of events, got "${page.resource_type}"`);
+export function readFeedEvents(page: Representation, url: string): FeedEvent[] {
+  if (!isNormalizedCollection(page))
+    throw new DecodeError(url, `expected a collection of events, got a "${page.resource_type}"`);
   return page.entries.map((entry, i) => readEvent(entry, `${url} (entry ${i})`));
 }
 
-function readEvent(e: Resource, where: string): FeedEvent {
+function readEvent(entry: Json, where: string): FeedEvent {
   const fail = (what: string): never => {
     throw new DecodeError(where, what);
   };
+  if (!isResource(entry)) return fail(`entry is ${entry === null ? 'null' : typeof entry}, not an event`);
+  const e = entry;
   if (typeof e.id !== 'number' || !Number.isSafeInteger(e.id) || e.id < 0)
     fail(`event id is missing or not an integer (${JSON.stringify(e.id)})`);
   if (typeof e.event_type !== 'string' || e.event_type.trim() === '') fail(`event ${e.id} has no event_type`);

@@ -14,7 +14,7 @@ import {
 import type { PipelineEvents } from '../core/events.js';
 import { decodeBody, type LinkRelMapper } from './decode.js';
 import { DigestChallengeError, DigestSession, parseDigestChallenge } from './digest.js';
-import type { Resource } from '../core/resource.js';
+import type { Representation } from '../core/resource.js';
 import { abortReason, send, type RawResponse } from './transport.js';
 
 export interface UpstreamClientOptions {
@@ -37,7 +37,8 @@ export interface UpstreamClientOptions {
   linkRel?: LinkRelMapper;
 }
 
-export type FetchResult = { status: 200; url: string; resource: Resource } | { status: 404; url: string };
+export type FetchResult =
+  { status: 200; url: string; resource: Representation } | { status: 404; url: string };
 
 export interface UpstreamClient {
   get(url: string, opts: { kind: 'feed' | 'subject'; signal?: AbortSignal }): Promise<FetchResult>;

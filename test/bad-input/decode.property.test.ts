@@ -1,5 +1,5 @@
 // Property: whatever body an upstream sends — real sandbox responses damaged in random ways, or
-// noise — decodeBody returns a Resource or throws a DecodeError naming the URL; nothing else. And
+// noise — decodeBody returns a resource or collection or throws a DecodeError naming the URL; nothing else. And
 // readFeedEvents on whatever decodeBody returned gives one event per entry or a DecodeError.
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -8,7 +8,7 @@ import { readFeedEvents } from '../../src/pipeline/feed-page.js';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { services } from '../../src/services/index.js';
 import { decodeBody } from '../../src/upstream/decode.js';
-import { isCollection, type Resource } from '../../src/core/resource.js';
+import { isNormalizedCollection, type Representation } from '../../src/core/resource.js';
 import { DigestTestClient } from '../sandbox/digest-test-client.js';
 import { mutatedBodyArb, type Format } from './support/mutate.js';
 
@@ -65,7 +65,7 @@ function checkOne(
   contentType: string | undefined,
   s: Pick<Sample, 'format' | 'service'>,
 ): void {
-  let resource: Resource;
+  let resource: Representation;
   try {
     resource = decodeBody(body, contentType, URL_FOR_ERRORS, s.format, {
       linkRel: services[s.service].linkRel,
@@ -76,7 +76,8 @@ function checkOne(
     outcomes.decodeError++;
     return;
   }
-  expect(typeof resource.resource_type).toBe('string');
+  // A resource names its type; a collection is recognised by its entries array.
+  expect(isNormalizedCollection(resource) || typeof resource.resource_type === 'string').toBe(true);
   expect(() => JSON.stringify(resource)).not.toThrow();
   expect(Object.getPrototypeOf(resource)).toBe(Object.prototype);
   expect(({} as Record<string, unknown>).polluted).toBeUndefined();
@@ -84,7 +85,7 @@ function checkOne(
   try {
     const events = readFeedEvents(resource, URL_FOR_ERRORS);
     // Never a silent skip: one event per listed entry.
-    if (!isCollection(resource)) throw new Error('readFeedEvents accepted a non-collection');
+    if (!isNormalizedCollection(resource)) throw new Error('readFeedEvents accepted a non-collection');
     expect(events).toHaveLength(resource.entries.length);
     for (const e of events) {
       expect(Number.isSafeInteger(e.id) && e.id >= 0).toBe(true);
