@@ -171,6 +171,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
           events,
           logger: log,
           linkRel: adapter.linkRel,
+          compression: source.compression,
         });
         release.add(`client ${source.name}`, () => client.close());
         const acquire = (signal: AbortSignal): Promise<HeldLock | undefined> =>

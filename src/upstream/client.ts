@@ -35,6 +35,8 @@ export interface UpstreamClientOptions {
   logger?: Logger;
   /** Passed to the decoder. */
   linkRel?: LinkRelMapper;
+  /** Ask for gzip/deflate/br answers and decode them (default true). */
+  compression?: boolean;
 }
 
 export type FetchResult =
@@ -115,6 +117,7 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
         signal,
         // Only successes are decoded; error bodies are drained so the socket can be reused.
         readBody: (status) => status >= 200 && status < 300,
+        compression: opts.compression ?? true,
       });
       if (res.status === 401) counters.unauthorized += 1;
       emit(kind, String(res.status));
