@@ -200,10 +200,11 @@ function decodeValue(el: Element, ctx: Ctx): Json {
     case 'datetime': {
       const text = textOf(el).trim();
       const iso = normalizeDateTime(text);
-      if (iso === undefined) {
-        throw new XmlShapeError(`<${el.tag}> is typed datetime but holds ${JSON.stringify(clip(text))}`);
-      }
-      return iso;
+      if (iso !== undefined) return iso;
+      // The workflow spec says only "ISO 8601": a date-time without a zone names no instant, so it
+      // is kept as sent, exactly as the same string in JSON is. Anything else is not a datetime.
+      if (normalizeDateTime(text, 'utc') !== undefined) return text;
+      throw new XmlShapeError(`<${el.tag}> is typed datetime but holds ${JSON.stringify(clip(text))}`);
     }
     default:
       // Untyped (or a type we do not interpret): structure becomes an object, text stays a string.

@@ -158,8 +158,8 @@ describe('bad bodies are DecodeErrors naming the URL', () => {
       /<t> is typed datetime/,
     ],
     [
-      'zone-less datetime',
-      '<e><t type="datetime">2026-11-20T10:00:00</t></e>',
+      'datetime that is not one',
+      '<e><t type="datetime">2026-11-20 10:00</t></e>',
       XML,
       'xml',
       /<t> is typed datetime/,
