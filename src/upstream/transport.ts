@@ -3,6 +3,7 @@
 // are never passed on as `cause`, so nothing of the request (its Authorization header) can leak.
 import { Client, type Dispatcher } from 'undici';
 import { DecodeError, UpstreamTransportError } from '../core/errors.js';
+import { CharsetError, decodeText } from './charset.js';
 import { ACCEPT_ENCODING, ContentEncodingError, decodeContentEncoding } from './content-encoding.js';
 
 export interface RawResponse {
@@ -115,7 +116,14 @@ async function exchange(
       throw err;
     }
   }
-  return { status: res.statusCode, headers: res.headers, body: bytes.toString('utf8') };
+  let body: string;
+  try {
+    body = decodeText(bytes, res.headers['content-type']);
+  } catch (err) {
+    if (err instanceof CharsetError) throw new DecodeError(url, err.message);
+    throw err;
+  }
+  return { status: res.statusCode, headers: res.headers, body };
 }
 
 /** The peer closed or reset the connection before answering anything. */
