@@ -165,6 +165,7 @@ function startPollers(
       events,
       logger: log,
       linkRel: adapter.linkRel,
+      compression: source.compression,
     });
     release.add(`client ${source.name}`, () => client.close());
     const acquire = (signal: AbortSignal): Promise<HeldLock | undefined> =>

@@ -61,6 +61,8 @@ export function benchSource(
     poll_interval_ms: pollIntervalMs,
     timeout_ms: 30_000,
     subject_concurrency: 8,
+    // Loopback: compressing would only cost CPU on both sides.
+    compression: false,
   };
 }
 
@@ -73,6 +75,7 @@ function clientFor(source: SourceConfig, connections: number): UpstreamClient {
     timeoutMs: source.timeout_ms,
     connections,
     linkRel: services[source.service].linkRel,
+    compression: source.compression,
   });
 }
 

@@ -46,6 +46,7 @@ export async function cursorCommand(
         format: source.format,
         timeoutMs: source.timeout_ms,
         linkRel: services[source.service].linkRel,
+        compression: source.compression,
       });
       try {
         target = await findLatestEventId(client, source.base_url);

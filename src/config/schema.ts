@@ -64,6 +64,7 @@ const sourceSchema = z.strictObject({
   poll_interval_ms: durationMs.default(5000),
   timeout_ms: durationMs.default(30000),
   subject_concurrency: atLeastOne.default(8),
+  compression: z.boolean().default(true),
 });
 
 const queueSchema = z

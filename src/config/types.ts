@@ -19,6 +19,8 @@ export interface SourceConfig {
   poll_interval_ms: number;
   timeout_ms: number;
   subject_concurrency: number;
+  /** Send Accept-Encoding and decode gzip/deflate/br answers. */
+  compression: boolean;
 }
 
 export interface SinkFilter {

@@ -1,44 +1,58 @@
 import { DecodeError } from '../core/errors.js';
-import { isCollection, type Resource } from '../core/resource.js';
+import { isNormalizedCollection, type Json, type Representation, type Resource } from '../core/resource.js';
+import { normalizeDateTime } from '../upstream/datetime.js';
 import type { FeedEvent } from './change.js';
 
 /**
  * Turn a decoded feed response into events, checking every field the pipeline relies on. A page
  * with an unusable event fails as a whole (and is retried): skipping the event would lose it.
  */
-export function readFeedEvents(page: Resource, url: string): FeedEvent[] {
-  if (!isCollection(page))
-    throw new DecodeError(url, `expected a collection of events, got "${page.resource_type}"`);
+export function readFeedEvents(page: Representation, url: string): FeedEvent[] {
+  if (!isNormalizedCollection(page))
+    throw new DecodeError(url, `expected a collection of events, got a "${page.resource_type}"`);
   return page.entries.map((entry, i) => readEvent(entry, `${url} (entry ${i})`));
 }
 
-function readEvent(e: Resource, where: string): FeedEvent {
+function readEvent(entry: Json, where: string): FeedEvent {
   const fail = (what: string): never => {
     throw new DecodeError(where, what);
   };
+  if (!isResource(entry)) return fail(`entry is ${entry === null ? 'null' : typeof entry}, not an event`);
+  const e = entry;
   if (typeof e.id !== 'number' || !Number.isSafeInteger(e.id) || e.id < 0)
     fail(`event id is missing or not an integer (${JSON.stringify(e.id)})`);
   if (typeof e.event_type !== 'string' || e.event_type.trim() === '') fail(`event ${e.id} has no event_type`);
-  const ts = typeof e.timestamp === 'string' ? new Date(e.timestamp) : undefined;
-  if (!ts || Number.isNaN(ts.getTime()))
-    fail(`event ${e.id} has no valid timestamp (${JSON.stringify(e.timestamp)})`);
-  const changes =
-    typeof e.changes === 'string'
-      ? e.changes
-          .split(',')
-          .map((c) => c.trim())
-          .filter((c) => c !== '')
-      : [];
+  // A timestamp without a zone (the workflow spec only says "ISO 8601") is taken as UTC, never
+  // as this machine's local time.
+  const timestamp =
+    typeof e.timestamp === 'string' ? normalizeDateTime(e.timestamp.trim(), 'utc') : undefined;
+  if (timestamp === undefined) fail(`event ${e.id} has no valid timestamp (${JSON.stringify(e.timestamp)})`);
+  const changes = changeNames(e.changes);
   return {
     id: e.id as number,
     event_type: (e.event_type as string).trim(),
-    timestamp: ts!.toISOString(),
+    timestamp: timestamp!,
     changes,
     self_link: typeof e.self_link === 'string' ? e.self_link : null,
     subject_link: typeof e.subject_link === 'string' ? e.subject_link : null,
     subject: isResource(e.subject) ? e.subject : undefined,
     source: isResource(e.source) ? e.source : undefined,
   };
+}
+
+/**
+ * The spec's comma-separated string, trimmed; absent, null or empty gives []. A list of names
+ * (JSON array or XML `type="array"`, decoded as `{ entries }`) is read the same way: not a form the
+ * specs show, but dropping the names a server sent would be worse.
+ */
+function changeNames(value: Json | undefined): string[] {
+  const names =
+    typeof value === 'string'
+      ? value.split(',')
+      : isResource(value) && Array.isArray(value.entries)
+        ? value.entries.filter((c): c is string => typeof c === 'string')
+        : [];
+  return names.map((c) => c.trim()).filter((c) => c !== '');
 }
 
 function isResource(v: unknown): v is Resource {

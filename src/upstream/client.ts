@@ -15,7 +15,7 @@ import {
 import type { PipelineEvents } from '../core/events.js';
 import { decodeBody, type LinkRelMapper } from './decode.js';
 import { DigestChallengeError, DigestSession, parseDigestChallenge } from './digest.js';
-import type { Resource } from '../core/resource.js';
+import type { Representation } from '../core/resource.js';
 import { abortReason, send, type RawResponse } from './transport.js';
 
 export interface UpstreamClientOptions {
@@ -36,9 +36,12 @@ export interface UpstreamClientOptions {
   logger?: Logger;
   /** Passed to the decoder. */
   linkRel?: LinkRelMapper;
+  /** Ask for gzip/deflate/br answers and decode them (default true). */
+  compression?: boolean;
 }
 
-export type FetchResult = { status: 200; url: string; resource: Resource } | { status: 404; url: string };
+export type FetchResult =
+  { status: 200; url: string; resource: Representation } | { status: 404; url: string };
 
 export interface UpstreamClient {
   get(url: string, opts: { kind: 'feed' | 'subject'; signal?: AbortSignal }): Promise<FetchResult>;
@@ -115,6 +118,7 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
         signal,
         // Only successes are decoded; error bodies are drained so the socket can be reused.
         readBody: (status) => status >= 200 && status < 300,
+        compression: opts.compression ?? true,
       });
       if (res.status === 401) counters.unauthorized += 1;
       emit(kind, String(res.status));

@@ -3,16 +3,18 @@
 // accepts zone-less strings as local time, both of which would corrupt occurred_at.
 
 const ISO_DATETIME =
-  /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?(Z|[+-]\d{2}(?::?\d{2})?)$/;
+  /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?(Z|[+-]\d{2}(?::?\d{2})?)?$/;
 
 /**
  * The instant as `YYYY-MM-DDTHH:MM:SS.mmmZ`, or undefined when `s` is not a complete, valid
- * ISO 8601 date-time with a zone (`Z` or a numeric offset).
+ * ISO 8601 date-time with a zone (`Z` or a numeric offset). With `zoneless: 'utc'`, a date-time
+ * without a zone is read as UTC instead of refused.
  */
-export function normalizeDateTime(s: string): string | undefined {
+export function normalizeDateTime(s: string, zoneless: 'reject' | 'utc' = 'reject'): string | undefined {
   const m = ISO_DATETIME.exec(s);
   if (!m) return undefined;
-  const [, y, mo, d, hh, mi, ss = '0', frac = '', zone] = m;
+  const [, y, mo, d, hh, mi, ss = '0', frac = '', zone = zoneless === 'utc' ? 'Z' : undefined] = m;
+  if (zone === undefined) return undefined;
   const year = Number(y);
   const month = Number(mo);
   const day = Number(d);
@@ -24,8 +26,8 @@ export function normalizeDateTime(s: string): string | undefined {
   if (hour > 23 || minute > 59 || second > 59) return undefined;
   let offsetMinutes = 0;
   if (zone !== 'Z') {
-    const sign = zone!.startsWith('-') ? -1 : 1;
-    const digits = zone!.slice(1).replace(':', '');
+    const sign = zone.startsWith('-') ? -1 : 1;
+    const digits = zone.slice(1).replace(':', '');
     const oh = Number(digits.slice(0, 2));
     const om = digits.length > 2 ? Number(digits.slice(2)) : 0;
     if (oh > 23 || om > 59) return undefined;

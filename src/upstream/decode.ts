@@ -1,7 +1,7 @@
 // Response body → normalized Resource, whatever format was asked for. Every failure is a
 // DecodeError naming the URL, so the poller can log it and retry the page.
 import { DecodeError } from '../core/errors.js';
-import type { Json, Resource } from '../core/resource.js';
+import type { Json, NormalizedCollection, Representation } from '../core/resource.js';
 import { normalizeDateTime } from './datetime.js';
 import { decodeXml, XmlShapeError, type LinkRelMapper } from './xml-decode.js';
 
@@ -20,7 +20,7 @@ export function decodeBody(
   url: string,
   expected: 'json' | 'xml',
   opts: DecodeOptions = {},
-): Resource {
+): Representation {
   const text = body.charCodeAt(0) === 0xfeff ? body.slice(1) : body;
   const mediaType = contentType?.split(';')[0]?.trim().toLowerCase() || undefined;
   const head = text.trimStart();
@@ -43,7 +43,7 @@ function formatOf(mediaType: string): 'json' | 'xml' | undefined {
   return undefined;
 }
 
-function decodeXmlBody(text: string, url: string, linkRel: LinkRelMapper | undefined): Resource {
+function decodeXmlBody(text: string, url: string, linkRel: LinkRelMapper | undefined): Representation {
   try {
     return decodeXml(text, linkRel);
   } catch (err) {
@@ -53,7 +53,7 @@ function decodeXmlBody(text: string, url: string, linkRel: LinkRelMapper | undef
   }
 }
 
-function decodeJson(text: string, url: string): Resource {
+function decodeJson(text: string, url: string): Representation {
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -66,35 +66,53 @@ function decodeJson(text: string, url: string): Resource {
       `JSON body is ${Array.isArray(value) ? 'an array' : typeof value}, not an object`,
     );
   }
-  const resourceType = (value as { resource_type?: unknown }).resource_type;
+  const { resource_type: resourceType, entries } = value as { resource_type?: unknown; entries?: unknown };
+  // The spec's collection is "an object whose property entries is an array", with no resource_type.
+  if (Array.isArray(entries)) return normalizeCollection(value as Record<string, Json>);
   if (typeof resourceType !== 'string' || resourceType === '') {
-    throw new DecodeError(url, 'JSON object without a resource_type');
+    throw new DecodeError(
+      url,
+      entries === undefined
+        ? 'JSON object with neither a resource_type nor an entries array'
+        : `JSON object without a resource_type whose entries is ${typeof entries}, not an array`,
+    );
   }
-  const entries = (value as { entries?: unknown }).entries;
-  if (entries !== undefined && !Array.isArray(entries)) {
-    throw new DecodeError(url, `entries of the ${resourceType} collection is not an array`);
-  }
-  return normalizeJson(value as Json) as Resource;
+  return normalizeObject(value as Record<string, Json>) as Representation;
 }
 
-/** Datetime strings → UTC ms Z; everything else as parsed. */
-function normalizeJson(value: Json | undefined): Json | undefined {
+/**
+ * Datetime strings → UTC ms Z; lists → `{ entries }` whether sent as a collection object or as a
+ * bare array, so they equal what XML's `type="array"` gives; everything else as parsed.
+ */
+function normalizeJson(value: Json): Json {
   if (typeof value === 'string') return normalizeDateTime(value) ?? value;
-  if (Array.isArray(value)) return value.map((v) => normalizeJson(v) ?? null);
+  if (Array.isArray(value)) return { entries: value.map(normalizeJson) };
   if (value !== null && typeof value === 'object') {
-    const out: { [key: string]: Json | undefined } = {};
-    for (const [k, v] of Object.entries(value)) {
-      // A plain assignment to "__proto__" would set the prototype instead of a field.
-      if (k === '__proto__')
-        Object.defineProperty(out, k, {
-          value: normalizeJson(v),
-          enumerable: true,
-          writable: true,
-          configurable: true,
-        });
-      else out[k] = normalizeJson(v);
-    }
-    return out;
+    if (Array.isArray(value.entries)) return normalizeCollection(value as Record<string, Json>);
+    return normalizeObject(value as Record<string, Json>);
   }
   return value;
+}
+
+function normalizeCollection(value: Record<string, Json>): NormalizedCollection {
+  // An optional label of a collection is dropped: see NormalizedCollection.
+  const { resource_type: _label, entries, ...rest } = value;
+  // `entries` is the list itself, not a list inside it.
+  return { entries: (entries as Json[]).map(normalizeJson), ...normalizeObject(rest) };
+}
+
+function normalizeObject(value: Record<string, Json>): { [key: string]: Json | undefined } {
+  const out: { [key: string]: Json | undefined } = {};
+  for (const [k, v] of Object.entries(value)) {
+    // A plain assignment to "__proto__" would set the prototype instead of a field.
+    if (k === '__proto__')
+      Object.defineProperty(out, k, {
+        value: normalizeJson(v),
+        enumerable: true,
+        writable: true,
+        configurable: true,
+      });
+    else out[k] = normalizeJson(v);
+  }
+  return out;
 }

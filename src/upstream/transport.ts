@@ -1,8 +1,10 @@
 // One GET over a keep-alive pool, with a deadline covering headers AND body. Every failure comes
 // out as an UpstreamTransportError built from the error's code and message only: undici errors
 // are never passed on as `cause`, so nothing of the request (its Authorization header) can leak.
-import { Pool } from 'undici';
-import { isTimeoutError, UpstreamTransportError } from '../core/errors.js';
+import { Client, type Dispatcher } from 'undici';
+import { DecodeError, isTimeoutError, UpstreamTransportError } from '../core/errors.js';
+import { CharsetError, decodeText } from './charset.js';
+import { ACCEPT_ENCODING, ContentEncodingError, decodeContentEncoding } from './content-encoding.js';
 
 export interface RawResponse {
   status: number;
@@ -18,6 +20,13 @@ export interface SendOptions {
   signal?: AbortSignal;
   /** Whether the body is needed (false: drained and discarded, e.g. a 401's). */
   readBody: (status: number) => boolean;
+  /** Send Accept-Encoding and decode gzip/deflate/br bodies. */
+  compression?: boolean;
+}
+
+/** The keep-alive pool `send` uses; its idle count tells whether a request reuses a connection. */
+export interface PooledDispatcher extends Dispatcher {
+  readonly stats: { readonly free: number };
 }
 
 /** The reason an abort was requested, as something throwable. */
@@ -25,7 +34,7 @@ export function abortReason(signal: AbortSignal): unknown {
   return signal.reason ?? new DOMException('This operation was aborted', 'AbortError');
 }
 
-export async function send(pool: Pool, url: string, opts: SendOptions): Promise<RawResponse> {
+export async function send(pool: PooledDispatcher, url: string, opts: SendOptions): Promise<RawResponse> {
   if (opts.signal?.aborted) throw abortReason(opts.signal);
   // One controller per request, fed by a plain timer and the caller's signal: AbortSignal.timeout
   // plus AbortSignal.any cost several percent of a drain's CPU in profiles.
@@ -37,19 +46,29 @@ export async function send(pool: Pool, url: string, opts: SendOptions): Promise<
   }, opts.timeoutMs);
   const onAbort = (): void => controller.abort(opts.signal?.reason);
   opts.signal?.addEventListener('abort', onAbort, { once: true });
+  const headers = opts.compression ? { ...opts.headers, 'accept-encoding': ACCEPT_ENCODING } : opts.headers;
+  const request = { method: 'GET' as const, path: opts.path, headers, signal: controller.signal };
+  // An idle connection is there to be reused: the request goes out on one.
+  const reusing = pool.stats.free > 0;
   try {
-    const res = await pool.request({
-      method: 'GET',
-      path: opts.path,
-      headers: opts.headers,
-      signal: controller.signal,
-    });
-    let body = '';
-    if (opts.readBody(res.statusCode)) body = await res.body.text();
-    else await res.body.dump();
-    return { status: res.statusCode, headers: res.headers, body };
-  } catch (err) {
+    try {
+      return await exchange(pool, request, opts, url);
+    } catch (err) {
+      if (!(reusing && closedBeforeResponse(err)) || controller.signal.aborted) throw err;
+      // The server closed the idle keep-alive connection as we reused it (its idle timeout raced
+      // our request): it processed nothing, and a GET is idempotent. Send it again at once on a
+      // connection of its own, so another stale idle socket of the pool cannot fail it the same way.
+      const fresh = new Client(new URL(url).origin, { pipelining: 0 });
+      try {
+        return await exchange(fresh, request, opts, url);
+      } finally {
+        void fresh.destroy().catch(() => undefined);
+      }
+    }
+  } catch (caught) {
     if (opts.signal?.aborted) throw abortReason(opts.signal);
+    if (caught instanceof DecodeError) throw caught;
+    const err = caught instanceof NoResponseError ? caught.original : caught;
     if (timedOut || isTimeoutError(err)) {
       throw new UpstreamTransportError(url, 'timeout', `no complete response within ${opts.timeoutMs} ms`);
     }
@@ -58,6 +77,58 @@ export async function send(pool: Pool, url: string, opts: SendOptions): Promise<
     clearTimeout(timer);
     opts.signal?.removeEventListener('abort', onAbort);
   }
+}
+
+/** A request that failed before any response: marked so the caller can tell it from a body error. */
+class NoResponseError extends Error {
+  constructor(readonly original: unknown) {
+    super('no response');
+  }
+}
+
+async function exchange(
+  dispatcher: Dispatcher,
+  request: Dispatcher.RequestOptions,
+  opts: SendOptions,
+  url: string,
+): Promise<RawResponse> {
+  let res: Dispatcher.ResponseData;
+  try {
+    res = await dispatcher.request(request);
+  } catch (err) {
+    throw new NoResponseError(err);
+  }
+  if (!opts.readBody(res.statusCode)) {
+    await res.body.dump();
+    return { status: res.statusCode, headers: res.headers, body: '' };
+  }
+  const raw = Buffer.from(await res.body.arrayBuffer());
+  const encoding = res.headers['content-encoding'];
+  let bytes: Buffer = raw;
+  if (encoding !== undefined) {
+    try {
+      bytes = await decodeContentEncoding(raw, encoding);
+    } catch (err) {
+      if (err instanceof ContentEncodingError) throw new DecodeError(url, err.message);
+      throw err;
+    }
+  }
+  let body: string;
+  try {
+    body = decodeText(bytes, res.headers['content-type']);
+  } catch (err) {
+    if (err instanceof CharsetError) throw new DecodeError(url, err.message);
+    throw err;
+  }
+  return { status: res.statusCode, headers: res.headers, body };
+}
+
+/** The peer closed or reset the connection before answering anything. */
+function closedBeforeResponse(err: unknown): boolean {
+  if (!(err instanceof NoResponseError)) return false;
+  const e = err.original as { code?: unknown; cause?: { code?: unknown } } | undefined;
+  const codes = [e?.code, e?.cause?.code];
+  return codes.some((c) => c === 'UND_ERR_SOCKET' || c === 'ECONNRESET' || c === 'EPIPE');
 }
 
 function describe(err: unknown): string {

@@ -1,9 +1,9 @@
-// XML representation → the normalized resource shape (docs/change-v1.md). The parser runs in
+// XML representation → the normalized resource shape (docs/dialects.md). The parser runs in
 // preserveOrder mode without trimming or value parsing, so every string reaches us exactly as
 // sent (whitespace included) and only the `type` attribute decides what becomes a number,
 // boolean, null or datetime.
 import { XMLParser, XMLValidator } from 'fast-xml-parser';
-import type { Json, Resource } from '../core/resource.js';
+import type { Json, NormalizedCollection, Representation, Resource } from '../core/resource.js';
 import { normalizeDateTime } from './datetime.js';
 
 export type LinkRelMapper = (resourceType: string, xmlRel: string) => string;
@@ -44,7 +44,7 @@ const parser = new XMLParser({
 const identity: LinkRelMapper = (_type, rel) => rel;
 
 /** Parse and normalize an XML document. Throws XmlShapeError describing what is wrong. */
-export function decodeXml(body: string, linkRel: LinkRelMapper = identity): Resource {
+export function decodeXml(body: string, linkRel: LinkRelMapper = identity): Representation {
   const valid = XMLValidator.validate(body);
   if (valid !== true) {
     const { msg, line, col } = valid.err;
@@ -109,8 +109,8 @@ function hasChildElements(el: Element): boolean {
 }
 
 /** A top-level or embedded resource: an object with resource_type, or a collection. */
-function decodeResource(el: Element, ctx: Ctx): Resource {
-  if (el.attrs.type === 'array') return decodeCollection(el, ctx);
+function decodeResource(el: Element, ctx: Ctx): Representation {
+  if (el.attrs.type === 'array') return decodeCollection(el, ctx, decodeResource);
   if (el.attrs.nil === 'true') throw new XmlShapeError(`<${el.tag}> is nil where a resource was expected`);
   return decodeObject(el, ctx);
 }
@@ -128,7 +128,7 @@ function decodeObject(el: Element, ctx: Ctx): Resource {
   return out;
 }
 
-function addLink(out: Resource, link: Element, ownerType: string, ctx: Ctx): void {
+function addLink(out: Resource | NormalizedCollection, link: Element, ownerType: string, ctx: Ctx): void {
   const { rel, href } = link.attrs;
   if (rel === undefined || rel === '') throw new XmlShapeError(`<link> without rel in <${ownerType}>`);
   if (href === undefined) throw new XmlShapeError(`<link rel="${rel}"> without href in <${ownerType}>`);
@@ -139,9 +139,19 @@ function addLink(out: Resource, link: Element, ownerType: string, ctx: Ctx): voi
   if (embedded.length === 1) out[name] = decodeResource(embedded[0]!, ctx);
 }
 
-function decodeCollection(el: Element, ctx: Ctx): Resource {
-  const entries: Resource[] = [];
-  const out: Resource = { resource_type: fieldName(el.tag), entries };
+/**
+ * A `type="array"` element, at the top of a body or inside a resource: `{ entries }` plus the
+ * pagination fields and links. Its element name is dropped (see NormalizedCollection). Entries of a body's
+ * collection are resources; entries of a list inside a resource are values (`<tag>hd</tag>` is a
+ * string there, as `["hd"]` is in JSON).
+ */
+function decodeCollection(
+  el: Element,
+  ctx: Ctx,
+  item: (el: Element, ctx: Ctx) => Json,
+): NormalizedCollection {
+  const entries: Json[] = [];
+  const out: NormalizedCollection = { entries };
   for (const child of childElements(el)) {
     if (child.tag === 'total-entries') {
       const total = decodeValue(child, ctx);
@@ -151,7 +161,7 @@ function decodeCollection(el: Element, ctx: Ctx): Resource {
     } else if (child.tag === 'link') {
       addLink(out, child, fieldName(el.tag), ctx);
     } else {
-      entries.push(decodeResource(child, ctx));
+      entries.push(item(child, ctx));
     }
   }
   return out;
@@ -163,12 +173,21 @@ function decodeValue(el: Element, ctx: Ctx): Json {
   const type = el.attrs.type;
   switch (type) {
     case 'array':
-      return childElements(el).map((item) => decodeArrayItem(item, ctx));
+      return decodeCollection(el, ctx, decodeValue);
     case 'integer': {
       const text = textOf(el).trim();
       const n = Number(text);
       if (!/^[+-]?\d+$/.test(text) || !Number.isSafeInteger(n)) {
         throw new XmlShapeError(`<${el.tag}> is typed integer but holds ${JSON.stringify(clip(text))}`);
+      }
+      return n;
+    }
+    case 'float': {
+      // Not in the specs' type list, but Rails-style serializers emit it for JSON numbers.
+      const text = textOf(el).trim();
+      const n = Number(text);
+      if (!/^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(text) || !Number.isFinite(n)) {
+        throw new XmlShapeError(`<${el.tag}> is typed float but holds ${JSON.stringify(clip(text))}`);
       }
       return n;
     }
@@ -181,21 +200,17 @@ function decodeValue(el: Element, ctx: Ctx): Json {
     case 'datetime': {
       const text = textOf(el).trim();
       const iso = normalizeDateTime(text);
-      if (iso === undefined) {
-        throw new XmlShapeError(`<${el.tag}> is typed datetime but holds ${JSON.stringify(clip(text))}`);
-      }
-      return iso;
+      if (iso !== undefined) return iso;
+      // The workflow spec says only "ISO 8601": a date-time without a zone names no instant, so it
+      // is kept as sent, exactly as the same string in JSON is. Anything else is not a datetime.
+      if (normalizeDateTime(text, 'utc') !== undefined) return text;
+      throw new XmlShapeError(`<${el.tag}> is typed datetime but holds ${JSON.stringify(clip(text))}`);
     }
     default:
       // Untyped (or a type we do not interpret): structure becomes an object, text stays a string.
       if (hasChildElements(el)) return decodeObject(el, ctx);
       return textOf(el);
   }
-}
-
-function decodeArrayItem(item: Element, ctx: Ctx): Json {
-  if (item.attrs.type === 'array') return decodeCollection(item, ctx);
-  return decodeValue(item, ctx);
 }
 
 function clip(s: string): string {

@@ -1,5 +1,6 @@
-// Property: whatever body an upstream sends — real sandbox responses damaged in random ways, or
-// noise — decodeBody returns a Resource or throws a DecodeError naming the URL; nothing else. And
+// Properties: every form of docs/dialects.md, rendered from one generated model, decodes to the
+// same normalized shape; and whatever body an upstream sends — real sandbox responses damaged in random ways, or
+// noise — decodeBody returns a resource or collection or throws a DecodeError naming the URL; nothing else. And
 // readFeedEvents on whatever decodeBody returned gives one event per entry or a DecodeError.
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -8,8 +9,9 @@ import { readFeedEvents } from '../../src/pipeline/feed-page.js';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { services } from '../../src/services/index.js';
 import { decodeBody } from '../../src/upstream/decode.js';
-import { isCollection, type Resource } from '../../src/core/resource.js';
+import { isNormalizedCollection, type Representation } from '../../src/core/resource.js';
 import { DigestTestClient } from '../sandbox/digest-test-client.js';
+import { Choices, expected, modelArb, renderJson, renderXml } from './support/dialect-space.js';
 import { mutatedBodyArb, type Format } from './support/mutate.js';
 
 // Replay a failure with FEEDSYNC_BAD_INPUT_SEED=<seed printed in the failure>.
@@ -65,7 +67,7 @@ function checkOne(
   contentType: string | undefined,
   s: Pick<Sample, 'format' | 'service'>,
 ): void {
-  let resource: Resource;
+  let resource: Representation;
   try {
     resource = decodeBody(body, contentType, URL_FOR_ERRORS, s.format, {
       linkRel: services[s.service].linkRel,
@@ -76,7 +78,8 @@ function checkOne(
     outcomes.decodeError++;
     return;
   }
-  expect(typeof resource.resource_type).toBe('string');
+  // A resource names its type; a collection is recognised by its entries array.
+  expect(isNormalizedCollection(resource) || typeof resource.resource_type === 'string').toBe(true);
   expect(() => JSON.stringify(resource)).not.toThrow();
   expect(Object.getPrototypeOf(resource)).toBe(Object.prototype);
   expect(({} as Record<string, unknown>).polluted).toBeUndefined();
@@ -84,7 +87,7 @@ function checkOne(
   try {
     const events = readFeedEvents(resource, URL_FOR_ERRORS);
     // Never a silent skip: one event per listed entry.
-    if (!isCollection(resource)) throw new Error('readFeedEvents accepted a non-collection');
+    if (!isNormalizedCollection(resource)) throw new Error('readFeedEvents accepted a non-collection');
     expect(events).toHaveLength(resource.entries.length);
     for (const e of events) {
       expect(Number.isSafeInteger(e.id) && e.id >= 0).toBe(true);
@@ -170,5 +173,43 @@ describe(`decodeBody on damaged real responses (seed ${SEED}; replay: FEEDSYNC_B
       ),
       params(400),
     );
+  });
+});
+
+describe(`XML and JSON renderings from the whole dialect space decode deep-equal (seed ${SEED})`, () => {
+  const decode = (body: string, format: Format, contentType: string | undefined) =>
+    decodeBody(body, contentType, URL_FOR_ERRORS, format);
+  const JSON_TYPES = [
+    undefined,
+    'application/json',
+    'application/json; charset=utf-8',
+    'application/vnd.wf+json',
+  ];
+  const XML_TYPES = [
+    undefined,
+    'application/xml',
+    'text/xml; charset=UTF-8',
+    'application/xml;charset=utf-8',
+  ];
+
+  it('every rendering of a generated resource or collection decodes to the shape its model says', () => {
+    let collections = 0;
+    fc.assert(
+      fc.property(modelArb, fc.integer(), fc.integer(), (model, xmlSeed, jsonSeed) => {
+        const want = expected(model);
+        const xml = new Choices(xmlSeed);
+        const json = new Choices(jsonSeed);
+        const fromXml = decode(renderXml(model, xml), 'xml', xml.pick(XML_TYPES));
+        const fromJson = decode(renderJson(model, json), 'json', json.pick(JSON_TYPES));
+        expect(fromXml).toStrictEqual(want);
+        expect(fromJson).toStrictEqual(want);
+        // Two other choices of forms for the same model: still the same.
+        expect(decode(renderXml(model, new Choices(~xmlSeed)), 'xml', undefined)).toStrictEqual(fromXml);
+        expect(decode(renderJson(model, new Choices(~jsonSeed)), 'json', undefined)).toStrictEqual(fromJson);
+        if (model.kind === 'coll') collections++;
+      }),
+      params(400),
+    );
+    expect(collections).toBeGreaterThan(20);
   });
 });

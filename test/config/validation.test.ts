@@ -41,6 +41,7 @@ describe('defaults', () => {
       poll_interval_ms: 5000,
       timeout_ms: 30000,
       subject_concurrency: 8,
+      compression: true,
     });
     const noFilter = { sources: [], services: [], event_types: [], resource_types: [] };
     expect(config.sinks).toEqual([

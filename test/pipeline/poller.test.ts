@@ -32,6 +32,7 @@ const source = (over: Partial<SourceConfig> = {}): SourceConfig => ({
   poll_interval_ms: 20,
   timeout_ms: 1000,
   subject_concurrency: 4,
+  compression: true,
   ...over,
 });
 const ev = (id: number, type: string, subject: string): Resource => ({

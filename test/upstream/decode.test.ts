@@ -112,7 +112,7 @@ describe('normalization details', () => {
       c: '2026-11-20',
       d: ' 2026-11-20T10:15:02Z',
       e: '2026-11-20T09:15:02.000Z',
-      nested: { resource_type: 'y', when: ['2026-11-20T10:15:02.123Z'] },
+      nested: { resource_type: 'y', when: { entries: ['2026-11-20T10:15:02.123Z'] } },
     });
   });
 
@@ -158,8 +158,8 @@ describe('bad bodies are DecodeErrors naming the URL', () => {
       /<t> is typed datetime/,
     ],
     [
-      'zone-less datetime',
-      '<e><t type="datetime">2026-11-20T10:00:00</t></e>',
+      'datetime that is not one',
+      '<e><t type="datetime">2026-11-20 10:00</t></e>',
       XML,
       'xml',
       /<t> is typed datetime/,
@@ -168,9 +168,15 @@ describe('bad bodies are DecodeErrors naming the URL', () => {
     ['link without href', '<e><link rel="self"/></e>', XML, 'xml', /without href/],
     ['mixed content', '<e>text<b>x</b></e>', XML, 'xml', /mixes text/],
     ['truncated JSON', '{"resource_type":"events","entries":[{"id":1', JSON_CT, 'json', /malformed JSON/],
-    ['JSON without resource_type', '{"entries":[]}', JSON_CT, 'json', /without a resource_type/],
+    [
+      'JSON neither resource nor collection',
+      '{"id":1}',
+      JSON_CT,
+      'json',
+      /neither a resource_type nor an entries/,
+    ],
     ['JSON array', '[{"resource_type":"x"}]', JSON_CT, 'json', /an array, not an object/],
-    ['JSON entries not an array', '{"resource_type":"events","entries":{}}', JSON_CT, 'json', /not an array/],
+    ['JSON entries not an array', '{"entries":{}}', JSON_CT, 'json', /entries is object, not an array/],
     ['empty body', '', JSON_CT, 'json', /empty body/],
     ['whitespace body', ' \n ', XML, 'xml', /empty body/],
     ['HTML by content type', 'Service Unavailable', 'text/html; charset=utf-8', 'json', /HTML page/],

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import {
   DigestChallengeError,
@@ -52,6 +53,50 @@ describe('RFC 7616 §3.9.1 example', () => {
       `Digest ${RFC_PARAMS}, algorithm=SHA-256`,
     ]);
     expect(c.hash).toBe('SHA-256');
+  });
+});
+
+describe('RFC 2617 §3.5 example', () => {
+  it('MD5 with qop=auth, algorithm absent, gives the published response', () => {
+    const session = new DigestSession({ username: 'Mufasa', password: 'Circle Of Life' }, () => '0a4f113b');
+    session.onChallenge(
+      'Digest realm="testrealm@host.com", qop="auth,auth-int", nonce="dcd98b7102dd2f0e8b11d0f600bfb0c093", ' +
+        'opaque="5ccc069c403ebaf9f0171e9517f40e41"',
+    );
+    const p = params(session.authorize('GET', '/dir/index.html')!.header);
+    expect(p).toMatchObject({
+      username: 'Mufasa',
+      realm: 'testrealm@host.com',
+      nonce: 'dcd98b7102dd2f0e8b11d0f600bfb0c093',
+      uri: '/dir/index.html',
+      qop: 'auth',
+      nc: '00000001',
+      cnonce: '0a4f113b',
+      response: '6629fae49393a05397450978507c4ef1',
+      opaque: '5ccc069c403ebaf9f0171e9517f40e41',
+    });
+    // The server sent no algorithm: none is echoed (RFC 2617 clients expect none).
+    expect(p.algorithm).toBeUndefined();
+  });
+
+  it('RFC 2069 mode: response = H(HA1:nonce:HA2), from the same example inputs', () => {
+    const md5 = (s: string) => createHash('md5').update(s).digest('hex');
+    const ha1 = md5('Mufasa:testrealm@host.com:Circle Of Life');
+    const ha2 = md5('GET:/dir/index.html');
+    const c = parseDigestChallenge(
+      'Digest realm="testrealm@host.com", nonce="dcd98b7102dd2f0e8b11d0f600bfb0c093"',
+    );
+    const p = params(
+      buildAuthorization(
+        c,
+        { username: 'Mufasa', password: 'Circle Of Life' },
+        'GET',
+        '/dir/index.html',
+        1,
+        'x',
+      ),
+    );
+    expect(p.response).toBe(md5(`${ha1}:dcd98b7102dd2f0e8b11d0f600bfb0c093:${ha2}`));
   });
 });
 

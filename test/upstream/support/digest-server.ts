@@ -21,8 +21,21 @@ export interface DigestServerOptions {
   password: string;
   algorithm?: ServerAlgorithm;
   realm?: string;
-  /** Offer qop=auth (default true); false = RFC 2069 mode. */
+  /** Offer qop (default true, as `qopOffer`); false = RFC 2069 mode. */
   qop?: boolean;
+  /** The qop value offered when `qop` is true (default "auth,auth-int"). */
+  qopOffer?: string;
+  /** Offer one challenge per algorithm, strongest last (default: just `algorithm`). */
+  algorithms?: ServerAlgorithm[];
+  /** Several challenges as several WWW-Authenticate headers (default) or listed in one. */
+  challengeLayout?: 'headers' | 'one-header';
+  /** Challenges sent before ours, for schemes or algorithms a client may not support. */
+  extraChallenges?: string[];
+  /** Send no `algorithm` param (RFC 7616: it then means MD5). */
+  omitAlgorithm?: boolean;
+  /** A nonce answers this many requests; the next gets 401 stale=true. */
+  nonceMaxUses?: number;
+  domain?: string;
   /** Nonces older than this get 401 stale=true. */
   nonceTtlMs?: number;
   /** Send Authentication-Info: nextnonce=... on every success. */
@@ -40,11 +53,14 @@ export interface SeenRequest {
   accept?: string;
   /** Status answered (or 'reset'/'hang'/'truncate'). */
   outcome: string;
+  /** The WWW-Authenticate header(s) of a 401. */
+  challenge?: string | string[];
 }
 
 interface NonceState {
   issuedAt: number;
   seenNc: Set<string>;
+  uses: number;
 }
 
 export class DigestServer {
@@ -53,8 +69,10 @@ export class DigestServer {
   private readonly sockets = new Set<Socket>();
   private readonly nonces = new Map<string, NonceState>();
   private readonly routes = new Map<string, Reply[]>();
-  private readonly opts: Required<Omit<DigestServerOptions, 'opaque' | 'challengeHeader' | 'staticNonce'>> &
-    Pick<DigestServerOptions, 'opaque' | 'challengeHeader' | 'staticNonce'>;
+  private readonly opts: Required<
+    Omit<DigestServerOptions, 'opaque' | 'challengeHeader' | 'staticNonce' | 'nonceMaxUses' | 'domain'>
+  > &
+    Pick<DigestServerOptions, 'opaque' | 'challengeHeader' | 'staticNonce' | 'nonceMaxUses' | 'domain'>;
   private port = 0;
 
   private constructor(opts: DigestServerOptions) {
@@ -64,6 +82,11 @@ export class DigestServer {
       qop: true,
       nonceTtlMs: 60_000,
       rotateNonce: false,
+      qopOffer: 'auth,auth-int',
+      algorithms: [opts.algorithm ?? 'MD5'],
+      challengeLayout: 'headers',
+      extraChallenges: [],
+      omitAlgorithm: false,
       ...opts,
     };
     this.server = createServer((req, res) => this.handle(req, res));
@@ -120,8 +143,9 @@ export class DigestServer {
     const verdict = this.verify(req);
     if (verdict !== 'ok') {
       seen.outcome = '401';
+      seen.challenge = this.challenge(verdict === 'stale');
       res.writeHead(401, {
-        'www-authenticate': this.challenge(verdict === 'stale'),
+        'www-authenticate': seen.challenge,
         'content-type': 'text/plain',
       });
       res.end('authentication required');
@@ -160,21 +184,29 @@ export class DigestServer {
     const fixed = this.opts.staticNonce;
     if (fixed !== undefined && this.nonces.has(fixed)) return fixed;
     const nonce = fixed ?? randomBytes(12).toString('base64');
-    this.nonces.set(nonce, { issuedAt: Date.now(), seenNc: new Set() });
+    this.nonces.set(nonce, { issuedAt: Date.now(), seenNc: new Set(), uses: 0 });
     return nonce;
   }
 
-  private challenge(stale: boolean): string {
+  private challenge(stale: boolean): string | string[] {
     if (this.opts.challengeHeader !== undefined) return this.opts.challengeHeader;
-    const parts = [
-      `realm="${this.opts.realm}"`,
-      this.opts.qop ? 'qop="auth,auth-int"' : undefined,
-      `algorithm=${this.opts.algorithm}`,
-      `nonce="${this.newNonce()}"`,
-      this.opts.opaque !== undefined ? `opaque="${this.opts.opaque}"` : undefined,
-      stale ? 'stale=true' : undefined,
-    ];
-    return `Digest ${parts.filter(Boolean).join(', ')}`;
+    // One nonce for all the challenges of one 401, whichever algorithm the client picks.
+    const nonce = this.newNonce();
+    const challenges = this.opts.algorithms.map((algorithm) => {
+      const parts = [
+        `realm="${this.opts.realm}"`,
+        this.opts.domain !== undefined ? `domain="${this.opts.domain}"` : undefined,
+        this.opts.qop ? `qop="${this.opts.qopOffer}"` : undefined,
+        this.opts.omitAlgorithm ? undefined : `algorithm=${algorithm}`,
+        `nonce="${nonce}"`,
+        this.opts.opaque !== undefined ? `opaque="${this.opts.opaque.replace(/["\\]/g, '\\$&')}"` : undefined,
+        stale ? 'stale=true' : undefined,
+      ];
+      return `Digest ${parts.filter(Boolean).join(', ')}`;
+    });
+    const all = [...this.opts.extraChallenges, ...challenges];
+    if (all.length === 1) return all[0]!;
+    return this.opts.challengeLayout === 'headers' ? all : all.join(', ');
   }
 
   private verify(req: IncomingMessage): 'ok' | 'missing' | 'stale' | 'bad' {
@@ -188,12 +220,15 @@ export class DigestServer {
     const state = p.nonce !== undefined ? this.nonces.get(p.nonce) : undefined;
     if (!state) return 'bad';
     if (p.uri !== req.url || p.username !== this.opts.username || p.realm !== this.opts.realm) return 'bad';
-    if ((p.algorithm ?? 'MD5') !== this.opts.algorithm) return 'bad';
+    // An absent algorithm means MD5 (RFC 7616 §3.3); echoing one we did not send is wrong.
+    if (this.opts.omitAlgorithm && p.algorithm !== undefined) return 'bad';
+    const algorithm = (p.algorithm ?? 'MD5') as ServerAlgorithm;
+    if (!this.opts.algorithms.includes(algorithm)) return 'bad';
     if (this.opts.opaque !== undefined && p.opaque !== this.opts.opaque) return 'bad';
-    const algo = this.opts.algorithm.startsWith('SHA-256') ? 'sha256' : 'md5';
+    const algo = algorithm.startsWith('SHA-256') ? 'sha256' : 'md5';
     const H = (s: string): string => createHash(algo).update(s).digest('hex');
     let ha1 = H(`${this.opts.username}:${this.opts.realm}:${this.opts.password}`);
-    if (this.opts.algorithm.endsWith('-sess')) ha1 = H(`${ha1}:${p.nonce}:${p.cnonce}`);
+    if (algorithm.endsWith('-sess')) ha1 = H(`${ha1}:${p.nonce}:${p.cnonce}`);
     const ha2 = H(`GET:${p.uri}`);
     let expected: string;
     if (this.opts.qop) {
@@ -208,6 +243,8 @@ export class DigestServer {
     if (p.response !== expected) return 'bad';
     // Stale only once the credentials are otherwise right (RFC 7616 §3.3).
     if (Date.now() - state.issuedAt > this.opts.nonceTtlMs) return 'stale';
+    if (this.opts.nonceMaxUses !== undefined && state.uses >= this.opts.nonceMaxUses) return 'stale';
+    state.uses += 1;
     return 'ok';
   }
 }
