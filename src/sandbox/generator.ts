@@ -6,7 +6,7 @@ import type { EventLog } from './event-log.js';
 import type { Rng } from './prng.js';
 import type { SandboxEvent, ServiceName } from './types.js';
 import type { World } from './world.js';
-import { formatWithOffset } from './xml-writer.js';
+import { formatWithOffset } from './datetime-style.js';
 
 /** Where a new resource of a kind lives; undefined when its parent does not exist yet. */
 export interface Placement {

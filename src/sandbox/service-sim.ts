@@ -1,10 +1,12 @@
 // One simulated service: its world, event log and generator, and the representations its endpoints
 // return (root, feed page, one event, one subject), as resources in the specs' JSON conventions.
+import type { Dialect } from './dialect.js';
 import { EventGenerator } from './generator.js';
 import { EventLog } from './event-log.js';
 import { Rng } from './prng.js';
 import { describeService, type ServiceDescription } from './profiles.js';
 import { EMBED_EXTERNAL_ID_TYPES } from './scheduling-kinds.js';
+import { present } from './representation.js';
 import { seedSchedulingStatics } from './scheduling-reference.js';
 import type { RequestKind, SandboxEvent, ServiceName } from './types.js';
 import { seedWorkflowStatics } from './workflow-kinds.js';
@@ -16,6 +18,8 @@ export interface ServiceSimOptions {
   seed: number;
   disorder: number;
   backlogStartMs: number;
+  /** The dialect in force; read on every answer (it can change while the sandbox runs). */
+  dialect: () => Dialect;
 }
 
 /** A feed request that cannot be answered; `param` names the culprit query parameter. */
@@ -36,6 +40,7 @@ export class ServiceSim {
   readonly description: ServiceDescription;
   readonly xmlOptions: XmlWriteOptions;
   private readonly generator: EventGenerator;
+  private readonly dialect: () => Dialect;
 
   constructor(
     readonly service: ServiceName,
@@ -43,6 +48,7 @@ export class ServiceSim {
     opts: ServiceSimOptions,
   ) {
     const rng = new Rng(opts.seed);
+    this.dialect = opts.dialect;
     this.description = describeService(service, opts.disorder);
     this.world = new World(base);
     this.log = new EventLog(this.description.orderById ? 'id' : 'timestamp', opts.disorder);
@@ -78,7 +84,7 @@ export class ServiceSim {
   }
 
   root(): Resource {
-    return this.description.root(this.base);
+    return present(this.description.root(this.base), this.dialect());
   }
 
   /** One feed page for the query parameters of GET /api/events. */
@@ -98,24 +104,45 @@ export class ServiceSim {
       .split(',')
       .map((t) => t.trim())
       .filter((t) => t !== '');
+    const d = this.dialect();
     const page = this.log.query({
       ...(newerThan !== undefined ? { newerThan } : {}),
       ...(types.length > 0 ? { types } : {}),
+      unbounded: d.workflowUnbounded,
     });
     const expand = this.expandSet(params);
-    return { resource_type: 'events', entries: page.map((ev) => this.eventResource(ev, expand)) };
+    const out: Collection = { resource_type: 'events', entries: page.map((ev) => this.eventResource(ev, expand)) };
+    if (d.pagination) this.paginate(out, page, params, types);
+    return present(out, d);
+  }
+
+  /** total_entries, and links to the next page (after the page's highest id) and the one before. */
+  private paginate(out: Collection, page: SandboxEvent[], params: URLSearchParams, types: string[]): void {
+    out.total_entries = this.log.count(types.length > 0 ? types : undefined);
+    if (page.length === 0) return;
+    const ids = page.map((e) => e.id);
+    const link = (name: string, id: number) => {
+      const q = new URLSearchParams(params);
+      q.delete('newer_than');
+      q.delete('older_than');
+      q.set(name, String(id));
+      return `${this.base}/api/events?${q.toString()}`;
+    };
+    out.next_link = link('newer_than', Math.max(...ids));
+    out.prev_link = link('older_than', Math.min(...ids));
   }
 
   /** GET /api/events/{id}; undefined when there is no such event. */
   event(idText: string, params: URLSearchParams): Resource | undefined {
     if (!/^\d+$/.test(idText)) return undefined;
     const ev = this.log.get(Number(idText));
-    return ev && this.eventResource(ev, this.expandSet(params));
+    return ev && present(this.eventResource(ev, this.expandSet(params)), this.dialect());
   }
 
   /** A live subject or a reference resource; undefined once deleted (or never existing). */
   resource(path: string): Resource | undefined {
-    return this.world.subjects.get(path) ?? this.world.statics.get(path);
+    const res = this.world.subjects.get(path) ?? this.world.statics.get(path);
+    return res && present(res, this.dialect());
   }
 
   events(): SandboxEvent[] {
@@ -124,7 +151,8 @@ export class ServiceSim {
 
   liveState(): Record<string, Resource> {
     const out: Record<string, Resource> = {};
-    for (const [path, res] of this.world.subjects) out[this.world.url(path)] = structuredClone(res);
+    const d = this.dialect();
+    for (const [path, res] of this.world.subjects) out[this.world.url(path)] = structuredClone(present(res, d));
     return out;
   }
 
