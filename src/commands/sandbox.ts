@@ -8,7 +8,8 @@ export function sandboxDialect(name: string, options: string[], digestAlgorithms
     const [key, value] = parseDialectOption(text);
     spec[key] = value;
   }
-  if (digestAlgorithms !== undefined) spec.digestAlgorithms = parseDialectOption(`digestAlgorithms=${digestAlgorithms}`)[1];
+  if (digestAlgorithms !== undefined)
+    spec.digestAlgorithms = parseDialectOption(`digestAlgorithms=${digestAlgorithms}`)[1];
   return spec as DialectSpec;
 }
 

@@ -5,7 +5,11 @@ import type { Dialect } from './dialect.js';
 const OFFSETS = [60, -330, 330, -480, 0];
 
 /** ISO 8601 of an instant at a fixed offset from UTC, milliseconds only when not zero (or forced). */
-export function formatWithOffset(ms: number, offsetMinutes: number, opts: { ms?: boolean; colon?: boolean } = {}): string {
+export function formatWithOffset(
+  ms: number,
+  offsetMinutes: number,
+  opts: { ms?: boolean; colon?: boolean } = {},
+): string {
   const local = new Date(ms + offsetMinutes * 60_000).toISOString();
   const base = local.endsWith('.000Z') && !opts.ms ? local.slice(0, -5) : local.slice(0, -1);
   if (offsetMinutes === 0 && opts.colon !== false) return `${base}Z`;

@@ -166,7 +166,8 @@ export const DIALECT_NAMES = Object.keys(DIALECT_PROFILES) as DialectName[];
 /** A profile plus switches overriding it (the JS API, the control API, the CLI). */
 export type DialectSpec = DialectName | (Partial<Dialect> & { profile?: DialectName });
 
-type SwitchKind = { kind: 'bool' } | { kind: 'enum'; values: readonly string[] } | { kind: 'int'; max: number };
+type SwitchKind =
+  { kind: 'bool' } | { kind: 'enum'; values: readonly string[] } | { kind: 'int'; max: number };
 
 /** How each switch is checked and parsed from text (CLI `--dialect-option key=value`). */
 export const DIALECT_SWITCHES: Record<Exclude<keyof Dialect, 'digestAlgorithms'>, SwitchKind> = {
@@ -226,7 +227,8 @@ export function parseDialectOption(text: string): [keyof Dialect, unknown] {
   const sw = DIALECT_SWITCHES[key as keyof typeof DIALECT_SWITCHES];
   if (!sw) throw new ConfigError(`--dialect-option ${key}`, `unknown switch (one of ${switchNames()})`);
   if (sw.kind === 'bool') {
-    if (raw !== 'true' && raw !== 'false') throw new ConfigError(`--dialect-option ${key}`, 'must be true or false');
+    if (raw !== 'true' && raw !== 'false')
+      throw new ConfigError(`--dialect-option ${key}`, 'must be true or false');
     return [key as keyof Dialect, raw === 'true'];
   }
   if (sw.kind === 'int') return [key as keyof Dialect, /^\d+$/.test(raw) ? Number(raw) : raw];
@@ -240,7 +242,10 @@ function checkSwitch(path: string, key: string, value: unknown): unknown {
     }
     value.forEach((a, i) => {
       if (!DIGEST_ALGORITHMS.includes(a as DigestAlgorithm)) {
-        throw new ConfigError(`${path}[${i}]`, `must be one of ${DIGEST_ALGORITHMS.join(', ')}, got ${JSON.stringify(a)}`);
+        throw new ConfigError(
+          `${path}[${i}]`,
+          `must be one of ${DIGEST_ALGORITHMS.join(', ')}, got ${JSON.stringify(a)}`,
+        );
       }
     });
     return [...new Set(value as DigestAlgorithm[])];
@@ -251,7 +256,10 @@ function checkSwitch(path: string, key: string, value: unknown): unknown {
   if (sw.kind === 'enum' && !sw.values.includes(value as string)) {
     throw new ConfigError(path, `must be one of ${sw.values.join(', ')}, got ${JSON.stringify(value)}`);
   }
-  if (sw.kind === 'int' && !(Number.isInteger(value) && (value as number) >= 0 && (value as number) <= sw.max)) {
+  if (
+    sw.kind === 'int' &&
+    !(Number.isInteger(value) && (value as number) >= 0 && (value as number) <= sw.max)
+  ) {
     throw new ConfigError(path, `must be an integer from 0 to ${sw.max}, got ${JSON.stringify(value)}`);
   }
   return value;

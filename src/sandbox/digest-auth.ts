@@ -91,7 +91,9 @@ export class DigestGuard {
     if (s.digestOpaque && p.opaque !== this.opaque) return fail('wrong opaque');
     const offeredQops = legacy ? [] : s.digestQop.split(',');
     if (legacy ? p.qop !== undefined : !offeredQops.includes(p.qop as string)) return fail('qop not offered');
-    const algorithm = s.digestAlgorithms.find((a) => a.toLowerCase() === (p.algorithm ?? 'MD5').toLowerCase());
+    const algorithm = s.digestAlgorithms.find(
+      (a) => a.toLowerCase() === (p.algorithm ?? 'MD5').toLowerCase(),
+    );
     if (!algorithm) return fail('algorithm not offered');
     if (!uriMatches(p.uri as string, requestUrl)) return fail('uri does not match the request');
     if (!legacy && !/^[0-9a-f]{8}$/i.test(p.nc as string)) return fail('malformed nc');
@@ -103,7 +105,9 @@ export class DigestGuard {
       method,
       uri: p.uri as string,
       nonce: p.nonce as string,
-      ...(legacy ? {} : { nc: p.nc as string, cnonce: p.cnonce as string, qop: p.qop as 'auth' | 'auth-int' }),
+      ...(legacy
+        ? {}
+        : { nc: p.nc as string, cnonce: p.cnonce as string, qop: p.qop as 'auth' | 'auth-int' }),
       ...(p.cnonce !== undefined ? { cnonce: p.cnonce } : {}),
     });
     if (!sameText(expected, (p.response as string).toLowerCase())) return fail('wrong response');

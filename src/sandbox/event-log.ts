@@ -104,7 +104,9 @@ export class EventLog {
     }
     candidates.sort(byTimestamp);
     const newest = q.newerThan === undefined && q.unbounded === 'newest';
-    return (newest ? candidates.slice(-FEED_PAGE_SIZE) : candidates.slice(0, FEED_PAGE_SIZE)).map((e) => e.ev);
+    return (newest ? candidates.slice(-FEED_PAGE_SIZE) : candidates.slice(0, FEED_PAGE_SIZE)).map(
+      (e) => e.ev,
+    );
   }
 
   private candidates(index: Index, newerThan: number | undefined, unbounded = 'oldest'): Entry[] {

@@ -35,7 +35,9 @@ function mapValue(value: Json, d: Pick<Dialect, 'extras' | 'nulls'>): Json {
   if (Array.isArray(value)) return value.map((v) => mapValue(v, d));
   if (typeof value === 'object' && value !== null) {
     if (typeof value.resource_type === 'string') return mapResource(value as Resource, d);
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, v === undefined ? v : mapValue(v, d)]));
+    return Object.fromEntries(
+      Object.entries(value).map(([k, v]) => [k, v === undefined ? v : mapValue(v, d)]),
+    );
   }
   return value;
 }

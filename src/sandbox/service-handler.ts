@@ -32,7 +32,11 @@ export class ServiceHandler {
     const verdict = guard.verify(req.method ?? 'GET', req.url ?? '', req.headers.authorization);
     if (!verdict.ok) {
       stats.unauthorized(service);
-      this.reply(req, res, textBody(401, 'Unauthorized', { 'www-authenticate': guard.challenge(verdict.stale) }));
+      this.reply(
+        req,
+        res,
+        textBody(401, 'Unauthorized', { 'www-authenticate': guard.challenge(verdict.stale) }),
+      );
       return;
     }
 
@@ -57,7 +61,8 @@ export class ServiceHandler {
       return textBody(405, `${req.method} is not supported by the sandbox`, { allow: 'GET' });
     const format = negotiate(req);
     const dialect = this.deps.dialect();
-    const render = (r: Parameters<typeof renderResource>[0]) => renderResource(r, format, sim.xmlOptions, dialect);
+    const render = (r: Parameters<typeof renderResource>[0]) =>
+      renderResource(r, format, sim.xmlOptions, dialect);
     switch (kind) {
       case 'root':
         return render(sim.root());

@@ -111,7 +111,10 @@ export class ServiceSim {
       unbounded: d.workflowUnbounded,
     });
     const expand = this.expandSet(params);
-    const out: Collection = { resource_type: 'events', entries: page.map((ev) => this.eventResource(ev, expand)) };
+    const out: Collection = {
+      resource_type: 'events',
+      entries: page.map((ev) => this.eventResource(ev, expand)),
+    };
     if (d.pagination) this.paginate(out, page, params, types);
     return present(out, d);
   }
@@ -152,7 +155,8 @@ export class ServiceSim {
   liveState(): Record<string, Resource> {
     const out: Record<string, Resource> = {};
     const d = this.dialect();
-    for (const [path, res] of this.world.subjects) out[this.world.url(path)] = structuredClone(present(res, d));
+    for (const [path, res] of this.world.subjects)
+      out[this.world.url(path)] = structuredClone(present(res, d));
     return out;
   }
 

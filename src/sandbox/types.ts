@@ -2,7 +2,13 @@
 // and are checked (bad values name the offending option).
 import { ConfigError } from '../core/errors.js';
 import type { ServiceKind } from '../core/change.js';
-import { DIGEST_ALGORITHMS, resolveDialect, type Dialect, type DialectSpec, type DigestAlgorithm } from './dialect.js';
+import {
+  DIGEST_ALGORITHMS,
+  resolveDialect,
+  type Dialect,
+  type DialectSpec,
+  type DigestAlgorithm,
+} from './dialect.js';
 
 export type { DigestAlgorithm } from './dialect.js';
 export { DIGEST_ALGORITHMS } from './dialect.js';
@@ -155,7 +161,11 @@ export function resolveOptions(opts: SandboxOptions = {}): ResolvedOptions {
     }
     algos[service as ServiceName] = algo;
   }
-  const { nonceTtlMs: _ttl, dialect: _dialect, ...rest } = o as typeof o & Pick<SandboxOptions, 'nonceTtlMs' | 'dialect'>;
+  const {
+    nonceTtlMs: _ttl,
+    dialect: _dialect,
+    ...rest
+  } = o as typeof o & Pick<SandboxOptions, 'nonceTtlMs' | 'dialect'>;
   return { ...rest, faultKinds, faultPaths, digestAlgorithms: algos, dialect };
 }
 

@@ -65,7 +65,9 @@ class Writer {
   attrs(pairs: [string, string][]): string {
     const q = this.s.xmlQuote === 'single' ? "'" : '"';
     const ordered =
-      this.s.xmlAttrOrder === 'href-first' ? [...pairs].sort((a, b) => attrRank(a[0]) - attrRank(b[0])) : pairs;
+      this.s.xmlAttrOrder === 'href-first'
+        ? [...pairs].sort((a, b) => attrRank(a[0]) - attrRank(b[0]))
+        : pairs;
     return ordered.map(([k, v]) => ` ${k}=${q}${this.attrValue(v)}${q}`).join('');
   }
 
@@ -120,11 +122,21 @@ function writeResource(w: Writer, res: Resource, realType: string, depth: number
     const start = w.out.length;
     for (const entry of res.entries) writeResource(w, entry, entry.resource_type, depth + 1);
     if (res.total_entries !== undefined) {
-      w.line(depth + 1, `<total-entries${w.attrs([['type', 'integer']])}>${res.total_entries}</total-entries>`);
+      w.line(
+        depth + 1,
+        `<total-entries${w.attrs([['type', 'integer']])}>${res.total_entries}</total-entries>`,
+      );
     }
     for (const rel of ['next', 'prev'] as const) {
       const href = res[`${rel}_link`];
-      if (typeof href === 'string') w.line(depth + 1, `<link${w.attrs([['rel', rel], ['href', href]])}/>`);
+      if (typeof href === 'string')
+        w.line(
+          depth + 1,
+          `<link${w.attrs([
+            ['rel', rel],
+            ['href', href],
+          ])}/>`,
+        );
     }
     const children = w.out.splice(start);
     if (children.length === 0) return w.emptyArray(depth, name, [['type', 'array']]);
@@ -140,7 +152,10 @@ function writeResource(w: Writer, res: Resource, realType: string, depth: number
     if (key.endsWith('_link') && typeof value === 'string') {
       const rel = key.slice(0, -'_link'.length);
       const embedded = res[rel];
-      const head = `<link${w.attrs([['rel', aliases[rel] ?? rel], ['href', value]])}`;
+      const head = `<link${w.attrs([
+        ['rel', aliases[rel] ?? rel],
+        ['href', value],
+      ])}`;
       if (isResource(embedded)) {
         w.line(depth + 1, `${head}>`);
         const type = w.opts.embeddedType?.(res, rel) ?? embedded.resource_type;
@@ -225,5 +240,10 @@ function isResource(v: unknown): v is Resource {
 }
 
 function isEntriesObject(v: unknown): v is { entries: Json[] } {
-  return typeof v === 'object' && v !== null && !Array.isArray(v) && Array.isArray((v as { entries?: unknown }).entries);
+  return (
+    typeof v === 'object' &&
+    v !== null &&
+    !Array.isArray(v) &&
+    Array.isArray((v as { entries?: unknown }).entries)
+  );
 }
