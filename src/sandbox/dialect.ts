@@ -155,7 +155,7 @@ export const DIALECT_PROFILES = {
     datetimes: 'offset',
     xmlEmptyArray: 'open-close',
     xmlContentType: 'text-charset',
-    idleCloseMs: 150,
+    idleCloseMs: 50,
     nonceTtlMs: 2000,
   },
 } satisfies Record<string, Partial<Dialect>>;
