@@ -86,7 +86,7 @@ class Writer {
     return escaped
       .replace(/&quot;/g, '&#34;')
       .replace(/&apos;/g, '&#39;')
-      .replace(/[^\x00-\x7f]/gu, (c) => `&#${c.codePointAt(0)};`);
+      .replace(/[^\p{ASCII}]/gu, (c) => `&#${c.codePointAt(0)};`);
   }
 
   emptyArray(depth: number, name: string, attrs: [string, string][]): void {
