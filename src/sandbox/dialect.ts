@@ -20,6 +20,13 @@ export interface Dialect {
    * the same without the colon (`+0100`), with milliseconds on every other instant.
    */
   datetimes: 'default' | 'z' | 'z-ms' | 'offset' | 'offset-ms' | 'offset-basic';
+  /** The feed embeds a subject under the generic label (`subject`) or under its own type (`job`). */
+  embeddedLabel: 'generic' | 'own-type';
+  /**
+   * Event ids from about 1,000 (`small`) or above 2³¹ (`large`, still below 2⁵³). Read when the
+   * sandbox starts: changing it later does not renumber events.
+   */
+  eventIds: 'small' | 'large';
   /** Every resource with a self link also carries a field and a link the specs do not list. */
   extras: boolean;
   /** An optional field without a value: sent as null (XML nil="true") or left out. */
@@ -48,6 +55,10 @@ export interface Dialect {
   digestOpaque: boolean;
   /** false: an MD5 challenge without `algorithm=` (which means MD5). */
   digestAlgorithmParam: boolean;
+  /** Challenges carry `domain` (the service's path prefix). */
+  digestDomain: boolean;
+  /** Successful answers carry `Authentication-Info: nextnonce="…"`, a fresh nonce the client may move to. */
+  digestNextnonce: boolean;
   /** A nonce's lifetime; a correct digest on an older one gets 401 stale=true. */
   nonceTtlMs: number;
   /** Requests a nonce is good for (0: unlimited); the next one gets 401 stale=true. */
@@ -69,6 +80,8 @@ const DEFAULT: Dialect = {
   pagination: false,
   nestedLists: 'entries',
   datetimes: 'default',
+  embeddedLabel: 'generic',
+  eventIds: 'small',
   extras: false,
   nulls: 'null',
   jsonContentType: 'charset',
@@ -86,6 +99,8 @@ const DEFAULT: Dialect = {
   digestQop: 'auth',
   digestOpaque: true,
   digestAlgorithmParam: true,
+  digestDomain: false,
+  digestNextnonce: false,
   nonceTtlMs: 60_000,
   nonceMaxUses: 0,
   workflowUnbounded: 'oldest',
@@ -110,6 +125,7 @@ export const DIALECT_PROFILES = {
   /** What Rails-style services send: bare arrays, +01:00 offsets, XML without declaration, MD5 qop auth. */
   rails: {
     nestedLists: 'array',
+    embeddedLabel: 'own-type',
     datetimes: 'offset-ms',
     xmlDeclaration: false,
     pagination: true,
@@ -120,6 +136,8 @@ export const DIALECT_PROFILES = {
     digestAlgorithms: ['SHA-256-sess', 'SHA-256', 'MD5-sess', 'MD5'],
     digestChallenges: 'one-header',
     digestQop: 'auth,auth-int',
+    digestDomain: true,
+    digestNextnonce: true,
     nonceMaxUses: 25,
     nonceTtlMs: 1500,
   },
@@ -136,6 +154,7 @@ export const DIALECT_PROFILES = {
     collectionType: false,
     pagination: true,
     datetimes: 'offset-basic',
+    eventIds: 'large',
     extras: true,
     nulls: 'absent',
     jsonContentType: 'vendor',
@@ -167,7 +186,7 @@ export const DIALECT_NAMES = Object.keys(DIALECT_PROFILES) as DialectName[];
 export type DialectSpec = DialectName | (Partial<Dialect> & { profile?: DialectName });
 
 type SwitchKind =
-  { kind: 'bool' } | { kind: 'enum'; values: readonly string[] } | { kind: 'int'; max: number };
+  { kind: 'bool' } | { kind: 'enum'; values: readonly string[] } | { kind: 'int'; min?: number; max: number };
 
 /** How each switch is checked and parsed from text (CLI `--dialect-option key=value`). */
 export const DIALECT_SWITCHES: Record<Exclude<keyof Dialect, 'digestAlgorithms'>, SwitchKind> = {
@@ -175,6 +194,8 @@ export const DIALECT_SWITCHES: Record<Exclude<keyof Dialect, 'digestAlgorithms'>
   pagination: { kind: 'bool' },
   nestedLists: { kind: 'enum', values: ['entries', 'array'] },
   datetimes: { kind: 'enum', values: ['default', 'z', 'z-ms', 'offset', 'offset-ms', 'offset-basic'] },
+  embeddedLabel: { kind: 'enum', values: ['generic', 'own-type'] },
+  eventIds: { kind: 'enum', values: ['small', 'large'] },
   extras: { kind: 'bool' },
   nulls: { kind: 'enum', values: ['null', 'absent'] },
   jsonContentType: { kind: 'enum', values: ['plain', 'charset', 'vendor'] },
@@ -191,7 +212,9 @@ export const DIALECT_SWITCHES: Record<Exclude<keyof Dialect, 'digestAlgorithms'>
   digestQop: { kind: 'enum', values: ['auth', 'auth,auth-int', 'none'] },
   digestOpaque: { kind: 'bool' },
   digestAlgorithmParam: { kind: 'bool' },
-  nonceTtlMs: { kind: 'int', max: 2 ** 31 - 1 },
+  digestDomain: { kind: 'bool' },
+  digestNextnonce: { kind: 'bool' },
+  nonceTtlMs: { kind: 'int', min: 1, max: 2 ** 31 - 1 },
   nonceMaxUses: { kind: 'int', max: 2 ** 31 - 1 },
   workflowUnbounded: { kind: 'enum', values: ['oldest', 'newest'] },
   compression: { kind: 'bool' },
@@ -256,11 +279,14 @@ function checkSwitch(path: string, key: string, value: unknown): unknown {
   if (sw.kind === 'enum' && !sw.values.includes(value as string)) {
     throw new ConfigError(path, `must be one of ${sw.values.join(', ')}, got ${JSON.stringify(value)}`);
   }
-  if (
-    sw.kind === 'int' &&
-    !(Number.isInteger(value) && (value as number) >= 0 && (value as number) <= sw.max)
-  ) {
-    throw new ConfigError(path, `must be an integer from 0 to ${sw.max}, got ${JSON.stringify(value)}`);
+  if (sw.kind === 'int') {
+    const min = sw.min ?? 0;
+    if (!(Number.isInteger(value) && (value as number) >= min && (value as number) <= sw.max)) {
+      throw new ConfigError(
+        path,
+        `must be an integer from ${min} to ${sw.max}, got ${JSON.stringify(value)}`,
+      );
+    }
   }
   return value;
 }

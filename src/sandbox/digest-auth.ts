@@ -12,19 +12,24 @@ export type DigestSettings = Pick<
   | 'digestQop'
   | 'digestOpaque'
   | 'digestAlgorithmParam'
+  | 'digestDomain'
+  | 'digestNextnonce'
   | 'nonceTtlMs'
   | 'nonceMaxUses'
 >;
 
 export interface DigestGuardOptions {
   realm: string;
+  /** The `domain` a challenge names when the dialect says so (the service's path prefix). */
+  domain: string;
   username: string;
   password: string;
   settings: () => DigestSettings;
   now?: () => number;
 }
 
-export type DigestVerdict = { ok: true } | { ok: false; stale: boolean; reason: string };
+/** `nextnonce`: a fresh nonce for Authentication-Info, when the dialect hands them out. */
+export type DigestVerdict = { ok: true; nextnonce?: string } | { ok: false; stale: boolean; reason: string };
 
 interface NonceState {
   issuedAt: number;
@@ -61,12 +66,12 @@ export class DigestGuard {
   challenge(stale = false): string | string[] {
     const s = this.opts.settings();
     this.sweep(s.nonceTtlMs);
-    const nonce = randomBytes(16).toString('hex');
-    this.nonces.set(nonce, { issuedAt: this.now(), uses: 0, highestNc: 0, seen: new Set() });
+    const nonce = this.issueNonce();
     const challenges = s.digestAlgorithms.map((algorithm) => {
       const parts = [`realm="${this.opts.realm}"`];
       if (s.digestQop !== 'none') parts.push(`qop="${s.digestQop}"`);
       if (s.digestAlgorithmParam || algorithm !== 'MD5') parts.push(`algorithm=${algorithm}`);
+      if (s.digestDomain) parts.push(`domain="${this.opts.domain}"`);
       parts.push(`nonce="${nonce}"`);
       if (s.digestOpaque) parts.push(`opaque="${this.opaque}"`);
       if (stale) parts.push('stale=true');
@@ -131,7 +136,13 @@ export class DigestGuard {
       }
     }
     state.uses++;
-    return { ok: true };
+    return s.digestNextnonce ? { ok: true, nextnonce: this.issueNonce() } : { ok: true };
+  }
+
+  private issueNonce(): string {
+    const nonce = randomBytes(16).toString('hex');
+    this.nonces.set(nonce, { issuedAt: this.now(), uses: 0, highestNc: 0, seen: new Set() });
+    return nonce;
   }
 
   private sweep(ttlMs: number): void {

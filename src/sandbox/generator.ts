@@ -38,8 +38,9 @@ export class EventGenerator {
     private readonly log: EventLog,
     private readonly rng: Rng,
     backlogStartMs: number,
+    firstEventId = 1000,
   ) {
-    this.nextEventId = 1000 + rng.int(0, 9000);
+    this.nextEventId = firstEventId + rng.int(0, 9000);
     this.backlogCursorMs = backlogStartMs;
   }
 

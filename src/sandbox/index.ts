@@ -138,6 +138,7 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
       seed: deriveSeed(opts.seed, i),
       disorder: service === 'workflow' ? opts.workflowDisorder : 0,
       backlogStartMs,
+      firstEventId: dialect.eventIds === 'large' ? 2 ** 31 + 1000 : 1000,
       dialect: () => dialect,
     });
     sim.backlog(opts.backlog);
@@ -145,6 +146,7 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     const only = opts.digestAlgorithms[service];
     const guard = new DigestGuard({
       realm: `feedsync-sandbox-${service}`,
+      domain: `/${service}/`,
       username: opts.username,
       password: opts.password,
       settings: () => (only ? { ...dialect, digestAlgorithms: [only] } : dialect),

@@ -44,6 +44,7 @@ export class ServiceHandler {
     const kind = sim.classify(url.pathname);
     stats.request(service, kind);
     const real = this.answer(req, url, kind);
+    if (verdict.nextnonce) real.headers['authentication-info'] = `nextnonce="${verdict.nextnonce}"`;
     const fault = faults.pick(kind);
     if (fault) {
       stats.fault(service, fault);

@@ -18,6 +18,8 @@ export interface ServiceSimOptions {
   seed: number;
   disorder: number;
   backlogStartMs: number;
+  /** Event ids start a little above this. */
+  firstEventId: number;
   /** The dialect in force; read on every answer (it can change while the sandbox runs). */
   dialect: () => Dialect;
 }
@@ -60,6 +62,7 @@ export class ServiceSim {
       this.log,
       rng,
       opts.backlogStartMs,
+      opts.firstEventId,
     );
     this.xmlOptions = {
       relAliases: this.description.relAliases,
@@ -178,7 +181,7 @@ export class ServiceSim {
     r.subject_link = ev.subject_url;
     if (expand.has('subject')) {
       const subject = this.world.subjects.get(ev.subject_url.slice(this.base.length));
-      if (subject) r.subject = embedSubject(subject);
+      if (subject) r.subject = embedSubject(subject, this.dialect().embeddedLabel);
     }
     if (ev.source_url !== null) {
       r.source_link = ev.source_url;
@@ -191,11 +194,14 @@ export class ServiceSim {
   }
 }
 
-/** The feed embeds a subject under the generic label `subject`, external_id only where the spec says. */
-function embedSubject(res: Resource): Resource {
+/**
+ * The feed embeds a subject under the generic label `subject` or under its own type, external_id
+ * only where the spec says.
+ */
+function embedSubject(res: Resource, label: 'generic' | 'own-type'): Resource {
   const { resource_type: type, ...fields } = structuredClone(res);
   if (!EMBED_EXTERNAL_ID_TYPES.has(type)) delete fields.external_id;
-  return { resource_type: 'subject', ...fields };
+  return { resource_type: label === 'generic' ? 'subject' : type, ...fields };
 }
 
 function subjectTypeOf(event: Resource): string | undefined {

@@ -168,6 +168,35 @@ describe('JSON forms', () => {
   });
 });
 
+describe('embedded subjects and event ids', () => {
+  it('embeddedLabel own-type: the scheduling feed embeds a subject under its own type, in JSON and XML', async () => {
+    const sb = await sandbox({ embeddedLabel: 'own-type' });
+    const page = json(await get(sb, '/scheduling/api/events?newer_than=0&expand=subject'));
+    const embedded = (page.entries as { event_type: string; subject?: { resource_type: string } }[]).filter(
+      (e) => e.subject,
+    );
+    expect(embedded.length).toBeGreaterThan(0);
+    for (const e of embedded)
+      expect(e.event_type.startsWith(`${e.subject!.resource_type}_`), e.event_type).toBe(true);
+    const xml = text(await get(sb, '/scheduling/api/events?newer_than=0&expand=subject', XML_ACCEPT));
+    expect(xml).toMatch(/<link rel="subject" href="[^"]+">\n\s*<(?!subject>)[a-z-]+>/);
+    expect(xml).not.toContain('<subject>');
+    const generic = await sandbox('default');
+    expect(
+      text(await get(generic, '/scheduling/api/events?newer_than=0&expand=subject', XML_ACCEPT)),
+    ).toContain('<subject>');
+  });
+
+  it('eventIds large: every id above 2^31 and below 2^53, in the feed and in the history', async () => {
+    const sb = await sandbox({ eventIds: 'large' });
+    const ids = sb.events('workflow').map((e) => e.id);
+    expect(Math.min(...ids)).toBeGreaterThan(2 ** 31);
+    expect(Math.max(...ids)).toBeLessThan(2 ** 53);
+    const page = json(await get(sb, `/workflow/api/events?newer_than=${ids[0]! - 1}`));
+    expect((page.entries as { id: number }[]).map((e) => e.id)).toContain(ids[0]);
+  });
+});
+
 describe('XML forms', () => {
   const parser = new XMLParser({ ignoreAttributes: false, attributeNamePrefix: '@' });
 
@@ -269,6 +298,20 @@ describe('Digest forms', () => {
     expect((await rawGet(`${sb.workflowBaseUrl}/api`, { authorization: md5 })).status).toBe(401);
     const sha = answer(ch, { ...creds(sb), uri: '/workflow/api', qop: 'auth' });
     expect((await rawGet(`${sb.workflowBaseUrl}/api`, { authorization: sha })).status).toBe(200);
+  });
+
+  it('domain in the challenge; Authentication-Info nextnonce on success, and that nonce works', async () => {
+    const sb = await sandbox({ digestDomain: true, digestNextnonce: true });
+    const ch = splitChallenges((await rawGet(`${sb.workflowBaseUrl}/api`)).challenges[0]!)[0]!;
+    expect(ch.domain).toBe('/workflow/');
+    const ok = await rawGet(`${sb.workflowBaseUrl}/api`, {
+      authorization: answer(ch, { ...creds(sb), uri: '/workflow/api', qop: 'auth' }),
+    });
+    expect(ok.status).toBe(200);
+    const next = /^nextnonce="([0-9a-f]+)"$/.exec(String(ok.headers['authentication-info']))![1]!;
+    expect(next).not.toBe(ch.nonce);
+    const moved = answer({ ...ch, nonce: next }, { ...creds(sb), uri: '/workflow/api', qop: 'auth' });
+    expect((await rawGet(`${sb.workflowBaseUrl}/api`, { authorization: moved })).status).toBe(200);
   });
 
   it('qop="auth,auth-int": both answers accepted', async () => {
