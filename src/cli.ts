@@ -61,7 +61,11 @@ program
   .option('--backlog <n>', 'events generated up front on each service', int('--backlog'), 200)
   .option('--rate <events_per_s>', 'live events per second on each service', Number, 1)
   .option('--fault-rate <p>', 'share of requests answered with an injected fault (0..1)', probability, 0)
-  .option('--dialect <name>', `forms the services answer in (${DIALECT_NAMES.join(', ')}); see docs/sandbox.md`, 'default')
+  .option(
+    '--dialect <name>',
+    `forms the services answer in (${DIALECT_NAMES.join(', ')}); see docs/sandbox.md`,
+    'default',
+  )
   .option(
     '--dialect-option <switch=value>',
     'override one switch of the dialect, e.g. xmlQuote=single (repeatable; see docs/sandbox.md)',

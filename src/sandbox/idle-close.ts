@@ -6,6 +6,8 @@ import type { Socket } from 'node:net';
 
 /** Node's own idle limit while the dialect's is in force; the Keep-Alive header advertises it. */
 const ADVERTISED_KEEP_ALIVE_MS = 65_000;
+/** Node's default, back in force when the dialect's limit is 0. */
+const NODE_KEEP_ALIVE_MS = 5_000;
 
 export function closeIdleConnections(server: Server, idleMs: () => number): void {
   const timers = new Map<Socket, NodeJS.Timeout>();
@@ -14,7 +16,7 @@ export function closeIdleConnections(server: Server, idleMs: () => number): void
     timers.delete(socket);
   };
   server.on('connection', (socket: Socket) => {
-    if (idleMs() > 0) server.keepAliveTimeout = ADVERTISED_KEEP_ALIVE_MS;
+    server.keepAliveTimeout = idleMs() > 0 ? ADVERTISED_KEEP_ALIVE_MS : NODE_KEEP_ALIVE_MS;
     socket.once('close', () => disarm(socket));
   });
   server.on('request', (req, res) => {
