@@ -63,6 +63,7 @@ export class ServiceSim {
       rng,
       opts.backlogStartMs,
       opts.firstEventId,
+      () => opts.dialect().unknownEventTypes,
     );
     this.xmlOptions = {
       relAliases: this.description.relAliases,

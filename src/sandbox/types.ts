@@ -89,7 +89,8 @@ export interface SandboxEvent {
   service: ServiceName;
   event_type: string;
   resource_type: string;
-  operation: 'created' | 'updated' | 'deleted' | 'metadata_updated';
+  /** `archived` only with the dialect's `unknownEventTypes` (a type the specs do not list). */
+  operation: 'created' | 'updated' | 'deleted' | 'metadata_updated' | 'archived';
   /** As sent on the wire: `Z` or a numeric offset. */
   timestamp: string;
   /** The same instant, ISO 8601 UTC with milliseconds and `Z`. */

@@ -187,6 +187,19 @@ describe('embedded subjects and event ids', () => {
     ).toContain('<subject>');
   });
 
+  it('unknownEventTypes: some events have a type no spec table lists, served like any other', async () => {
+    const sb = await sandbox({ unknownEventTypes: true });
+    const archived = sb.events('workflow').filter((e) => e.event_type.endsWith('_archived'));
+    expect(archived.length).toBeGreaterThan(0);
+    expect(archived.every((e) => e.operation === 'archived' && e.changes.length === 0)).toBe(true);
+    const one = archived[0]!;
+    const ev = json(await get(sb, new URL(one.event_url).pathname));
+    expect(ev).toMatchObject({ event_type: one.event_type, subject_link: one.subject_url });
+    // Off (the default), the same seed gives none.
+    const plain = await sandbox('default');
+    expect(plain.events('workflow').some((e) => e.event_type.endsWith('_archived'))).toBe(false);
+  });
+
   it('eventIds large: every id above 2^31 and below 2^53, in the feed and in the history', async () => {
     const sb = await sandbox({ eventIds: 'large' });
     const ids = sb.events('workflow').map((e) => e.id);
