@@ -1,6 +1,6 @@
 // Every switch of the sandbox's dialects changes the wire exactly as docs/sandbox.md says: read with
 // raw node:http (no decoding, no Digest code shared with src/) and checked against the wording of
-// the specs, the upstream dialect list and RFC 7616 / 2617 / 2069.
+// the specs, docs/sandbox.md and RFC 7616 / 2617 / 2069.
 import { Agent } from 'node:http';
 import { brotliDecompressSync, gunzipSync, inflateSync } from 'node:zlib';
 import { XMLParser, XMLValidator } from 'fast-xml-parser';
