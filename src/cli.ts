@@ -6,7 +6,8 @@ import { CommandError, cursorCommand } from './commands/cursor.js';
 import { daemonCommand } from './commands/daemon-command.js';
 import { demoCommand } from './commands/demo.js';
 import { dlqCommand } from './commands/dlq.js';
-import { sandboxCommand } from './commands/sandbox.js';
+import { sandboxCommand, sandboxDialect } from './commands/sandbox.js';
+import { DIALECT_NAMES } from './sandbox/dialect.js';
 import { statusCommand } from './commands/status.js';
 import { defaultConfigPath } from './config/load.js';
 import { ConfigError, errorMessage } from './core/errors.js';
@@ -60,8 +61,37 @@ program
   .option('--backlog <n>', 'events generated up front on each service', int('--backlog'), 200)
   .option('--rate <events_per_s>', 'live events per second on each service', Number, 1)
   .option('--fault-rate <p>', 'share of requests answered with an injected fault (0..1)', probability, 0)
-  .action((o: { port: number; seed: number; backlog: number; rate: number; faultRate: number }) =>
-    sandboxCommand({ port: o.port, seed: o.seed, backlog: o.backlog, rate: o.rate, faultRate: o.faultRate }),
+  .option(
+    '--dialect <name>',
+    `forms the services answer in (${DIALECT_NAMES.join(', ')}); see docs/sandbox.md`,
+    'default',
+  )
+  .option(
+    '--dialect-option <switch=value>',
+    'override one switch of the dialect, e.g. xmlQuote=single (repeatable; see docs/sandbox.md)',
+    (v: string, all: string[]) => [...all, v],
+    [] as string[],
+  )
+  .option('--digest-algorithms <list>', 'Digest algorithms offered, one challenge each, e.g. SHA-256,MD5')
+  .action(
+    (o: {
+      port: number;
+      seed: number;
+      backlog: number;
+      rate: number;
+      faultRate: number;
+      dialect: string;
+      dialectOption: string[];
+      digestAlgorithms?: string;
+    }) =>
+      sandboxCommand({
+        port: o.port,
+        seed: o.seed,
+        backlog: o.backlog,
+        rate: o.rate,
+        faultRate: o.faultRate,
+        dialect: sandboxDialect(o.dialect, o.dialectOption, o.digestAlgorithms),
+      }),
   );
 
 program

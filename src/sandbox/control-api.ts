@@ -2,6 +2,7 @@
 // black-box tests and scripts can steer a sandbox running in another process.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ConfigError, errorMessage } from '../core/errors.js';
+import type { Dialect, DialectSpec } from './dialect.js';
 import { readBody, sendJson } from './http-io.js';
 import {
   SERVICE_NAMES,
@@ -23,6 +24,8 @@ export interface Controllable {
   generate(service: ServiceName, count: number): void;
   events(service: ServiceName): SandboxEvent[];
   liveState(service: ServiceName): Record<string, Resource>;
+  dialect(): Dialect;
+  setDialect(spec: DialectSpec): void;
 }
 
 export async function handleControl(
@@ -51,6 +54,12 @@ export async function handleControl(
       case 'POST /_control/faults':
         sandbox.setFaults((await jsonBody(req)) as { rate: number });
         return sendJson(res, 200, sandbox.faults());
+      case 'GET /_control/dialect':
+        return sendJson(res, 200, sandbox.dialect());
+      case 'POST /_control/dialect':
+        // {"profile": "rails", "xmlQuote": "single", …}: a profile plus switches, all checked.
+        sandbox.setDialect((await jsonBody(req)) as DialectSpec);
+        return sendJson(res, 200, sandbox.dialect());
       case 'POST /_control/rate': {
         const body = (await jsonBody(req)) as { events_per_s?: unknown };
         sandbox.setRate(body.events_per_s as number);

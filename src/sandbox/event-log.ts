@@ -20,6 +20,8 @@ export interface FeedQuery {
   newerThan?: number;
   /** Only these event types; undefined = all. */
   types?: string[];
+  /** Timestamp order without newerThan (the workflow spec is silent): the oldest 50 (default) or the newest 50. */
+  unbounded?: 'oldest' | 'newest';
 }
 
 export class EventLog {
@@ -72,6 +74,12 @@ export class EventLog {
     }
   }
 
+  /** How many events a feed query without newer_than could ever list (its `total_entries`). */
+  count(types?: string[]): number {
+    if (!types) return this.all.byId.length;
+    return [...new Set(types)].reduce((n, t) => n + (this.byType.get(t)?.byId.length ?? 0), 0);
+  }
+
   get(id: number): SandboxEvent | undefined {
     return this.byIdMap.get(id);
   }
@@ -86,7 +94,7 @@ export class EventLog {
     const indexes = q.types
       ? [...new Set(q.types)].map((t) => this.byType.get(t)).filter((i): i is Index => i !== undefined)
       : [this.all];
-    const candidates = indexes.flatMap((index) => this.candidates(index, q.newerThan));
+    const candidates = indexes.flatMap((index) => this.candidates(index, q.newerThan, q.unbounded));
     if (this.order === 'id') {
       candidates.sort((a, b) => a.ev.id - b.ev.id);
       // Without newer_than the scheduling feed lists the LAST 50 events (spec, Events rule 5).
@@ -95,17 +103,23 @@ export class EventLog {
       return page.map((e) => e.ev);
     }
     candidates.sort(byTimestamp);
-    return candidates.slice(0, FEED_PAGE_SIZE).map((e) => e.ev);
+    const newest = q.newerThan === undefined && q.unbounded === 'newest';
+    return (newest ? candidates.slice(-FEED_PAGE_SIZE) : candidates.slice(0, FEED_PAGE_SIZE)).map(
+      (e) => e.ev,
+    );
   }
 
-  private candidates(index: Index, newerThan: number | undefined): Entry[] {
+  private candidates(index: Index, newerThan: number | undefined, unbounded = 'oldest'): Entry[] {
     if (this.order === 'id') {
       if (newerThan === undefined) return index.byId.slice(-FEED_PAGE_SIZE);
       const start = upperBound(index.byId, newerThan);
       return index.byId.slice(start, start + FEED_PAGE_SIZE);
     }
-    // Workflow: the spec leaves "no newer_than" open; this sandbox lists the OLDEST 50 by timestamp.
-    if (newerThan === undefined) return index.byTs.slice(0, FEED_PAGE_SIZE);
+    // Workflow: the spec leaves "no newer_than" open; the dialect picks the oldest or the newest 50,
+    // listed oldest first either way.
+    if (newerThan === undefined) {
+      return unbounded === 'newest' ? index.byTs.slice(-FEED_PAGE_SIZE) : index.byTs.slice(0, FEED_PAGE_SIZE);
+    }
     // An event's timestamp rank is within `disorder` of its id rank, so nothing before
     // (first id rank above newerThan) - disorder can qualify.
     const from = Math.max(0, upperBound(index.byId, newerThan) - this.disorder);

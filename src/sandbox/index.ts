@@ -4,7 +4,9 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { ConfigError } from '../core/errors.js';
 import { handleControl, type Controllable } from './control-api.js';
+import { resolveDialect, type Dialect, type DialectSpec } from './dialect.js';
 import { DigestGuard } from './digest-auth.js';
+import { closeIdleConnections } from './idle-close.js';
 import { FaultInjector } from './faults.js';
 import { sendJson, send, textBody } from './http-io.js';
 import { deriveSeed, Rng } from './prng.js';
@@ -21,6 +23,7 @@ import {
   type SandboxOptions,
   type SandboxStats,
   type ServiceName,
+  withNonceTtl,
 } from './types.js';
 import type { Resource } from '../core/resource.js';
 
@@ -37,6 +40,8 @@ export type {
   ServiceStats,
 } from './types.js';
 export { FAULT_KINDS } from './types.js';
+export type { Dialect, DialectName, DialectSpec } from './dialect.js';
+export { DIALECT_NAMES, DIALECT_PROFILES, resolveDialect } from './dialect.js';
 
 export interface SandboxReadyLine {
   scheduling_base_url: string;
@@ -66,6 +71,10 @@ export interface Sandbox extends Controllable {
   events(service: ServiceName): SandboxEvent[];
   /** Every live subject by URL, exactly as a GET of it returns it as JSON. */
   liveState(service: ServiceName): Record<string, Resource>;
+  /** The forms the services answer in now. */
+  dialect(): Dialect;
+  /** Switches every form the services answer in, from the next request on. */
+  setDialect(spec: DialectSpec): void;
   /** Stops the server and the live generator, ends hanging requests. Idempotent. */
   close(): Promise<void>;
 }
@@ -83,6 +92,7 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     paths: opts.faultPaths,
   });
   // Filled once the port is known (base URLs embed it); requests before that get 503.
+  let dialect: Dialect = opts.dialect;
   const ready: { handlers?: Record<ServiceName, ServiceHandler>; sandbox?: Sandbox } = {};
 
   const server = createServer((req, res) => {
@@ -113,6 +123,7 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
     );
     server.listen(opts.port, '127.0.0.1', () => resolve());
   });
+  closeIdleConnections(server, () => dialect.idleCloseMs);
   const port = (server.address() as AddressInfo).port;
   const origin = `http://127.0.0.1:${port}`;
   const backlogStartMs = Math.min(
@@ -127,17 +138,27 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
       seed: deriveSeed(opts.seed, i),
       disorder: service === 'workflow' ? opts.workflowDisorder : 0,
       backlogStartMs,
+      firstEventId: dialect.eventIds === 'large' ? 2 ** 31 + 1000 : 1000,
+      dialect: () => dialect,
     });
     sim.backlog(opts.backlog);
     sims[service] = sim;
+    const only = opts.digestAlgorithms[service];
     const guard = new DigestGuard({
       realm: `feedsync-sandbox-${service}`,
-      algorithm: opts.digestAlgorithms[service],
+      domain: `/${service}/`,
       username: opts.username,
       password: opts.password,
-      nonceTtlMs: opts.nonceTtlMs,
+      settings: () => (only ? { ...dialect, digestAlgorithms: [only] } : dialect),
     });
-    handlers[service] = new ServiceHandler({ sim, guard, faults, stats, latencyMs: () => opts.latencyMs });
+    handlers[service] = new ServiceHandler({
+      sim,
+      guard,
+      faults,
+      stats,
+      latencyMs: () => opts.latencyMs,
+      dialect: () => dialect,
+    });
   });
 
   let rate = opts.rate;
@@ -198,6 +219,10 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
       faults.configure(checkFaultConfig(cfg, opts.faultKinds));
     },
     faults: () => faults.config(),
+    dialect: () => structuredClone(dialect),
+    setDialect(spec) {
+      dialect = withNonceTtl(resolveDialect(spec), options.nonceTtlMs);
+    },
     stats: () => stats.snapshot(),
     resetStats: () => stats.reset(),
     events: (service) => sims[checkService(service)].events(),

@@ -1,6 +1,7 @@
 // Answers every request under one service's base: digest authentication first, then routing to the
 // root, the feed, one event or a subject, with faults injected after authentication succeeded.
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Dialect } from './dialect.js';
 import type { DigestGuard } from './digest-auth.js';
 import type { FaultInjector } from './faults.js';
 import { negotiate, renderResource, send, textBody, type Body } from './http-io.js';
@@ -14,6 +15,7 @@ export interface ServiceHandlerDeps {
   faults: FaultInjector;
   stats: StatsRecorder;
   latencyMs: () => number;
+  dialect: () => Dialect;
 }
 
 export class ServiceHandler {
@@ -30,7 +32,11 @@ export class ServiceHandler {
     const verdict = guard.verify(req.method ?? 'GET', req.url ?? '', req.headers.authorization);
     if (!verdict.ok) {
       stats.unauthorized(service);
-      this.reply(res, textBody(401, 'Unauthorized', { 'www-authenticate': guard.challenge(verdict.stale) }));
+      this.reply(
+        req,
+        res,
+        textBody(401, 'Unauthorized', { 'www-authenticate': guard.challenge(verdict.stale) }),
+      );
       return;
     }
 
@@ -38,6 +44,7 @@ export class ServiceHandler {
     const kind = sim.classify(url.pathname);
     stats.request(service, kind);
     const real = this.answer(req, url, kind);
+    if (verdict.nextnonce) real.headers['authentication-info'] = `nextnonce="${verdict.nextnonce}"`;
     const fault = faults.pick(kind);
     if (fault) {
       stats.fault(service, fault);
@@ -46,7 +53,7 @@ export class ServiceHandler {
       return;
     }
     if (kind === 'subject' && real.status === 404) stats.subjectNotFound(service);
-    this.reply(res, real);
+    this.reply(req, res, real);
   }
 
   private answer(req: IncomingMessage, url: URL, kind: RequestKind): Body {
@@ -54,7 +61,9 @@ export class ServiceHandler {
     if (req.method !== 'GET')
       return textBody(405, `${req.method} is not supported by the sandbox`, { allow: 'GET' });
     const format = negotiate(req);
-    const render = (r: Parameters<typeof renderResource>[0]) => renderResource(r, format, sim.xmlOptions);
+    const dialect = this.deps.dialect();
+    const render = (r: Parameters<typeof renderResource>[0]) =>
+      renderResource(r, format, sim.xmlOptions, dialect);
     switch (kind) {
       case 'root':
         return render(sim.root());
@@ -76,8 +85,9 @@ export class ServiceHandler {
     }
   }
 
-  private reply(res: ServerResponse, body: Body): void {
+  private reply(req: IncomingMessage, res: ServerResponse, body: Body): void {
     this.deps.stats.status(this.deps.sim.service, body.status);
-    send(res, body);
+    const { compression, transfer } = this.deps.dialect();
+    send(res, body, { acceptEncoding: req.headers['accept-encoding'], compression, transfer });
   }
 }

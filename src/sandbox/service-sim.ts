@@ -1,10 +1,12 @@
 // One simulated service: its world, event log and generator, and the representations its endpoints
 // return (root, feed page, one event, one subject), as resources in the specs' JSON conventions.
+import type { Dialect } from './dialect.js';
 import { EventGenerator } from './generator.js';
 import { EventLog } from './event-log.js';
 import { Rng } from './prng.js';
 import { describeService, type ServiceDescription } from './profiles.js';
 import { EMBED_EXTERNAL_ID_TYPES } from './scheduling-kinds.js';
+import { present } from './representation.js';
 import { seedSchedulingStatics } from './scheduling-reference.js';
 import type { RequestKind, SandboxEvent, ServiceName } from './types.js';
 import { seedWorkflowStatics } from './workflow-kinds.js';
@@ -16,6 +18,10 @@ export interface ServiceSimOptions {
   seed: number;
   disorder: number;
   backlogStartMs: number;
+  /** Event ids start a little above this. */
+  firstEventId: number;
+  /** The dialect in force; read on every answer (it can change while the sandbox runs). */
+  dialect: () => Dialect;
 }
 
 /** A feed request that cannot be answered; `param` names the culprit query parameter. */
@@ -36,6 +42,7 @@ export class ServiceSim {
   readonly description: ServiceDescription;
   readonly xmlOptions: XmlWriteOptions;
   private readonly generator: EventGenerator;
+  private readonly dialect: () => Dialect;
 
   constructor(
     readonly service: ServiceName,
@@ -43,6 +50,7 @@ export class ServiceSim {
     opts: ServiceSimOptions,
   ) {
     const rng = new Rng(opts.seed);
+    this.dialect = opts.dialect;
     this.description = describeService(service, opts.disorder);
     this.world = new World(base);
     this.log = new EventLog(this.description.orderById ? 'id' : 'timestamp', opts.disorder);
@@ -54,6 +62,8 @@ export class ServiceSim {
       this.log,
       rng,
       opts.backlogStartMs,
+      opts.firstEventId,
+      () => opts.dialect().unknownEventTypes,
     );
     this.xmlOptions = {
       relAliases: this.description.relAliases,
@@ -78,7 +88,7 @@ export class ServiceSim {
   }
 
   root(): Resource {
-    return this.description.root(this.base);
+    return present(this.description.root(this.base), this.dialect());
   }
 
   /** One feed page for the query parameters of GET /api/events. */
@@ -98,24 +108,48 @@ export class ServiceSim {
       .split(',')
       .map((t) => t.trim())
       .filter((t) => t !== '');
+    const d = this.dialect();
     const page = this.log.query({
       ...(newerThan !== undefined ? { newerThan } : {}),
       ...(types.length > 0 ? { types } : {}),
+      unbounded: d.workflowUnbounded,
     });
     const expand = this.expandSet(params);
-    return { resource_type: 'events', entries: page.map((ev) => this.eventResource(ev, expand)) };
+    const out: Collection = {
+      resource_type: 'events',
+      entries: page.map((ev) => this.eventResource(ev, expand)),
+    };
+    if (d.pagination) this.paginate(out, page, params, types);
+    return present(out, d);
+  }
+
+  /** total_entries, and links to the next page (after the page's highest id) and the one before. */
+  private paginate(out: Collection, page: SandboxEvent[], params: URLSearchParams, types: string[]): void {
+    out.total_entries = this.log.count(types.length > 0 ? types : undefined);
+    if (page.length === 0) return;
+    const ids = page.map((e) => e.id);
+    const link = (name: string, id: number) => {
+      const q = new URLSearchParams(params);
+      q.delete('newer_than');
+      q.delete('older_than');
+      q.set(name, String(id));
+      return `${this.base}/api/events?${q.toString()}`;
+    };
+    out.next_link = link('newer_than', Math.max(...ids));
+    out.prev_link = link('older_than', Math.min(...ids));
   }
 
   /** GET /api/events/{id}; undefined when there is no such event. */
   event(idText: string, params: URLSearchParams): Resource | undefined {
     if (!/^\d+$/.test(idText)) return undefined;
     const ev = this.log.get(Number(idText));
-    return ev && this.eventResource(ev, this.expandSet(params));
+    return ev && present(this.eventResource(ev, this.expandSet(params)), this.dialect());
   }
 
   /** A live subject or a reference resource; undefined once deleted (or never existing). */
   resource(path: string): Resource | undefined {
-    return this.world.subjects.get(path) ?? this.world.statics.get(path);
+    const res = this.world.subjects.get(path) ?? this.world.statics.get(path);
+    return res && present(res, this.dialect());
   }
 
   events(): SandboxEvent[] {
@@ -124,7 +158,9 @@ export class ServiceSim {
 
   liveState(): Record<string, Resource> {
     const out: Record<string, Resource> = {};
-    for (const [path, res] of this.world.subjects) out[this.world.url(path)] = structuredClone(res);
+    const d = this.dialect();
+    for (const [path, res] of this.world.subjects)
+      out[this.world.url(path)] = structuredClone(present(res, d));
     return out;
   }
 
@@ -146,7 +182,7 @@ export class ServiceSim {
     r.subject_link = ev.subject_url;
     if (expand.has('subject')) {
       const subject = this.world.subjects.get(ev.subject_url.slice(this.base.length));
-      if (subject) r.subject = embedSubject(subject);
+      if (subject) r.subject = embedSubject(subject, this.dialect().embeddedLabel);
     }
     if (ev.source_url !== null) {
       r.source_link = ev.source_url;
@@ -159,11 +195,14 @@ export class ServiceSim {
   }
 }
 
-/** The feed embeds a subject under the generic label `subject`, external_id only where the spec says. */
-function embedSubject(res: Resource): Resource {
+/**
+ * The feed embeds a subject under the generic label `subject` or under its own type, external_id
+ * only where the spec says.
+ */
+function embedSubject(res: Resource, label: 'generic' | 'own-type'): Resource {
   const { resource_type: type, ...fields } = structuredClone(res);
   if (!EMBED_EXTERNAL_ID_TYPES.has(type)) delete fields.external_id;
-  return { resource_type: 'subject', ...fields };
+  return { resource_type: label === 'generic' ? 'subject' : type, ...fields };
 }
 
 function subjectTypeOf(event: Resource): string | undefined {

@@ -2,6 +2,16 @@
 // and are checked (bad values name the offending option).
 import { ConfigError } from '../core/errors.js';
 import type { ServiceKind } from '../core/change.js';
+import {
+  DIGEST_ALGORITHMS,
+  resolveDialect,
+  type Dialect,
+  type DialectSpec,
+  type DigestAlgorithm,
+} from './dialect.js';
+
+export type { DigestAlgorithm } from './dialect.js';
+export { DIGEST_ALGORITHMS } from './dialect.js';
 
 export type ServiceName = ServiceKind;
 export const SERVICE_NAMES: readonly ServiceName[] = ['scheduling', 'workflow'];
@@ -36,9 +46,6 @@ export interface FaultConfig {
   paths?: FaultPaths;
 }
 
-export type DigestAlgorithm = 'MD5' | 'SHA-256' | 'MD5-sess' | 'SHA-256-sess';
-export const DIGEST_ALGORITHMS: readonly DigestAlgorithm[] = ['MD5', 'SHA-256', 'MD5-sess', 'SHA-256-sess'];
-
 export interface SandboxOptions {
   /** Default 0 = any free port; the host is always 127.0.0.1. */
   port?: number;
@@ -56,19 +63,24 @@ export interface SandboxOptions {
   faultPaths?: FaultPaths;
   username?: string;
   password?: string;
-  /** Digest nonce lifetime, default 60000. */
+  /** Digest nonce lifetime; overrides the dialect's (default 60000). */
   nonceTtlMs?: number;
   /** Workflow feed: max places an event is listed away from its id order (default 3, 0 = none). */
   workflowDisorder?: number;
   /** Artificial latency added to every request under the service bases (default 0). */
   latencyMs?: number;
-  /** Digest algorithm per service (defaults: scheduling MD5, workflow SHA-256). */
+  /** The one Digest algorithm a service offers, overriding the dialect's list for that service. */
   digestAlgorithms?: Partial<Record<ServiceName, DigestAlgorithm>>;
+  /** The forms the services answer in: a profile name, or a profile plus switches (default `default`). */
+  dialect?: DialectSpec;
 }
 
-export type ResolvedOptions = Required<Omit<SandboxOptions, 'digestAlgorithms' | 'faultKinds'>> & {
+export type ResolvedOptions = Required<
+  Omit<SandboxOptions, 'digestAlgorithms' | 'faultKinds' | 'dialect' | 'nonceTtlMs'>
+> & {
   faultKinds: FaultKind[];
-  digestAlgorithms: Record<ServiceName, DigestAlgorithm>;
+  digestAlgorithms: Partial<Record<ServiceName, DigestAlgorithm>>;
+  dialect: Dialect;
 };
 
 /** One event as the sandbox produced it (what the feed lists, in structured form). */
@@ -77,7 +89,8 @@ export interface SandboxEvent {
   service: ServiceName;
   event_type: string;
   resource_type: string;
-  operation: 'created' | 'updated' | 'deleted' | 'metadata_updated';
+  /** `archived` only with the dialect's `unknownEventTypes` (a type the specs do not list). */
+  operation: 'created' | 'updated' | 'deleted' | 'metadata_updated' | 'archived';
   /** As sent on the wire: `Z` or a numeric offset. */
   timestamp: string;
   /** The same instant, ISO 8601 UTC with milliseconds and `Z`. */
@@ -117,7 +130,6 @@ const DEFAULTS = {
   faultPaths: 'all' as FaultPaths,
   username: 'sandbox',
   password: 'sandbox-secret',
-  nonceTtlMs: 60_000,
   workflowDisorder: 3,
   latencyMs: 0,
 };
@@ -129,7 +141,8 @@ export function resolveOptions(opts: SandboxOptions = {}): ResolvedOptions {
   checkInteger('backlog', o.backlog, 0, 10_000_000);
   checkNumber('rate', o.rate, 0, 100_000);
   checkNumber('faultRate', o.faultRate, 0, 1);
-  checkInteger('nonceTtlMs', o.nonceTtlMs, 1, 2 ** 31 - 1);
+  if (opts.nonceTtlMs !== undefined) checkInteger('nonceTtlMs', opts.nonceTtlMs, 1, 2 ** 31 - 1);
+  const dialect = withNonceTtl(resolveDialect(opts.dialect ?? 'default'), opts.nonceTtlMs);
   checkInteger('workflowDisorder', o.workflowDisorder, 0, 1000);
   checkInteger('latencyMs', o.latencyMs, 0, 600_000);
   if (typeof o.username !== 'string' || o.username === '' || o.username.includes(':')) {
@@ -138,7 +151,7 @@ export function resolveOptions(opts: SandboxOptions = {}): ResolvedOptions {
   if (typeof o.password !== 'string') throw new ConfigError('password', 'must be a string');
   const faultKinds = checkFaultKinds('faultKinds', opts.faultKinds ?? [...FAULT_KINDS]);
   const faultPaths = checkFaultPaths('faultPaths', o.faultPaths);
-  const algos = { scheduling: 'MD5' as DigestAlgorithm, workflow: 'SHA-256' as DigestAlgorithm };
+  const algos: Partial<Record<ServiceName, DigestAlgorithm>> = {};
   for (const [service, algo] of Object.entries(opts.digestAlgorithms ?? {})) {
     if (!SERVICE_NAMES.includes(service as ServiceName)) {
       throw new ConfigError(`digestAlgorithms.${service}`, 'unknown service (scheduling | workflow)');
@@ -149,7 +162,17 @@ export function resolveOptions(opts: SandboxOptions = {}): ResolvedOptions {
     }
     algos[service as ServiceName] = algo;
   }
-  return { ...o, faultKinds, faultPaths, digestAlgorithms: algos };
+  const {
+    nonceTtlMs: _ttl,
+    dialect: _dialect,
+    ...rest
+  } = o as typeof o & Pick<SandboxOptions, 'nonceTtlMs' | 'dialect'>;
+  return { ...rest, faultKinds, faultPaths, digestAlgorithms: algos, dialect };
+}
+
+/** The `nonceTtlMs` option, older than dialects, still sets the nonce lifetime when given. */
+export function withNonceTtl(d: Dialect, nonceTtlMs: number | undefined): Dialect {
+  return nonceTtlMs === undefined ? d : { ...d, nonceTtlMs };
 }
 
 /** Validates a fault configuration from the JS API or the control API; returns it with defaults. */

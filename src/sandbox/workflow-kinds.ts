@@ -1,10 +1,10 @@
 // The workflow service's resource types: jobs in work areas, and their assets and tasks, with the
 // fields named by the spec's `changes` lists (hyphenated there, snake_case in JSON).
-import type { FieldGen, KindDef, LinkGen } from './kind.js';
+import type { FieldGen, GenCtx, KindDef, LinkGen } from './kind.js';
 import { code, instant, phrase, tagList } from './text-pool.js';
 import type { Rng } from './prng.js';
 import type { World } from './world.js';
-import type { Resource } from '../core/resource.js';
+import type { Json, Resource } from '../core/resource.js';
 
 const CUD = ['created', 'updated', 'deleted'] as const;
 const STATUS = ['pending', 'in_progress', 'blocked', 'done'];
@@ -33,6 +33,7 @@ export const JOB: KindDef = {
     title_external_id: (c) => code(c.rng, 'T'),
     tag_list: (c) => tagList(c.rng, ', '),
     status: pick('open', 'in_progress', 'on_hold', 'completed'),
+    deadlines: (c) => deadlines(c),
   },
   links: {
     work_area: workArea,
@@ -54,6 +55,23 @@ export const JOB: KindDef = {
   // The spec: "The status of a job is not tracked in changes of job_updated."
   silent: { status: pick('open', 'in_progress', 'on_hold', 'completed') },
 };
+
+/**
+ * A list inside a resource, the case the specs leave open in JSON (`{"entries":[…]}` or a bare
+ * array): held in the collection convention, 0–3 items, so empty lists occur too.
+ */
+function deadlines(c: GenCtx): Json {
+  const n = c.rng.int(0, 3);
+  const entries: Resource[] = [];
+  for (let i = 0; i < n; i++) {
+    entries.push({
+      resource_type: 'deadline',
+      name: c.rng.pick(['delivery', 'qc', 'publish', 'artwork']),
+      due_at: instant(c.rng, c.nowMs, 20),
+    });
+  }
+  return { entries };
+}
 
 export const ASSET: KindDef = {
   type: 'asset',

@@ -1,7 +1,25 @@
 // Writes a resource, held in the specs' JSON conventions, as the specs' XML: the root element named
 // after the resource type (hyphenated), typed values with `type`, nulls as nil, links as <link/>,
-// embedded expansions inside their link element, collections as `type="array"` elements.
+// embedded expansions inside their link element, collections and lists as `type="array"` elements.
+// The syntax the specs leave open (declaration, quotes, CDATA, references, empty arrays, layout)
+// follows the dialect's switches.
+import { formatWithOffset, styleDatetime } from './datetime-style.js';
+import type { Dialect } from './dialect.js';
 import { isCollection, type Json, type Resource } from '../core/resource.js';
+
+export { formatWithOffset } from './datetime-style.js';
+
+export type XmlSyntax = Pick<
+  Dialect,
+  | 'xmlDeclaration'
+  | 'xmlCdata'
+  | 'xmlCharRefs'
+  | 'xmlQuote'
+  | 'xmlAttrOrder'
+  | 'xmlEmptyArray'
+  | 'xmlIndent'
+  | 'datetimes'
+>;
 
 export interface XmlWriteOptions {
   /** Rels whose XML name differs from the JSON one, per resource type (scheduling: asset → assets). */
@@ -11,7 +29,20 @@ export interface XmlWriteOptions {
    * apply; given the embedding resource and the rel.
    */
   embeddedType?: (parent: Resource, rel: string) => string | undefined;
+  /** Default: declaration, double quotes, escaped text, self-closed empty arrays, indented. */
+  syntax?: Partial<XmlSyntax>;
 }
+
+const DEFAULT_SYNTAX: XmlSyntax = {
+  xmlDeclaration: true,
+  xmlCdata: false,
+  xmlCharRefs: false,
+  xmlQuote: 'double',
+  xmlAttrOrder: 'rel-first',
+  xmlEmptyArray: 'self-closed',
+  xmlIndent: true,
+  datetimes: 'default',
+};
 
 const DATETIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/;
 
@@ -19,106 +50,168 @@ export function isDatetimeText(s: string): boolean {
   return DATETIME.test(s) && !Number.isNaN(Date.parse(s));
 }
 
-export function toXmlDocument(resource: Resource, opts: XmlWriteOptions = {}): string {
-  const out: string[] = ['<?xml version="1.0" encoding="UTF-8"?>\n'];
-  writeResource(out, resource, resource.resource_type, 0, opts);
-  return out.join('');
+class Writer {
+  readonly out: string[] = [];
+  readonly s: XmlSyntax;
+  constructor(readonly opts: XmlWriteOptions) {
+    this.s = { ...DEFAULT_SYNTAX, ...opts.syntax };
+  }
+
+  line(depth: number, text: string): void {
+    this.out.push(this.s.xmlIndent ? `${'  '.repeat(depth)}${text}\n` : text);
+  }
+
+  /** Attributes in the dialect's quotes; `type`/`nil` stay where given, href/rel follow the order switch. */
+  attrs(pairs: [string, string][]): string {
+    const q = this.s.xmlQuote === 'single' ? "'" : '"';
+    const ordered =
+      this.s.xmlAttrOrder === 'href-first'
+        ? [...pairs].sort((a, b) => attrRank(a[0]) - attrRank(b[0]))
+        : pairs;
+    return ordered.map(([k, v]) => ` ${k}=${q}${this.attrValue(v)}${q}`).join('');
+  }
+
+  attrValue(v: string): string {
+    return this.refs(escapeXml(v));
+  }
+
+  text(v: string): string {
+    if (this.s.xmlCdata && /[&<>]/.test(v)) return `<![CDATA[${v.replace(/]]>/g, ']]]]><![CDATA[>')}]]>`;
+    return this.refs(escapeXml(v));
+  }
+
+  /** With xmlCharRefs, quotes and every non-ASCII character as numeric character references. */
+  refs(escaped: string): string {
+    if (!this.s.xmlCharRefs) return escaped;
+    return escaped
+      .replace(/&quot;/g, '&#34;')
+      .replace(/&apos;/g, '&#39;')
+      .replace(/[^\p{ASCII}]/gu, (c) => `&#${c.codePointAt(0)};`);
+  }
+
+  emptyArray(depth: number, name: string, attrs: [string, string][]): void {
+    const a = this.attrs(attrs);
+    if (this.s.xmlEmptyArray === 'self-closed') this.line(depth, `<${name}${a}/>`);
+    else if (this.s.xmlEmptyArray === 'open-close') this.line(depth, `<${name}${a}></${name}>`);
+    else this.line(depth, `<${name}${a}>\n${'  '.repeat(depth)}  \n${'  '.repeat(depth)}</${name}>`);
+  }
+
+  datetime(held: string): string {
+    if (this.s.datetimes !== 'default') return styleDatetime(held, this.s.datetimes);
+    return defaultXmlDatetime(held);
+  }
 }
 
-function writeResource(out: string[], res: Resource, realType: string, depth: number, opts: XmlWriteOptions) {
-  const pad = '  '.repeat(depth);
+function attrRank(name: string): number {
+  return name === 'href' ? 0 : name === 'rel' ? 1 : 2;
+}
+
+export function toXmlDocument(resource: Resource, opts: XmlWriteOptions = {}): string {
+  const w = new Writer(opts);
+  if (w.s.xmlDeclaration) {
+    const q = w.s.xmlQuote === 'single' ? "'" : '"';
+    w.out.push(`<?xml version=${q}1.0${q} encoding=${q}UTF-8${q}?>\n`);
+  }
+  writeResource(w, resource, resource.resource_type, 0);
+  return w.out.join('');
+}
+
+function writeResource(w: Writer, res: Resource, realType: string, depth: number): void {
   const name = elementName(res.resource_type);
   if (isCollection(res)) {
-    const children: string[] = [];
-    for (const entry of res.entries) writeResource(children, entry, entry.resource_type, depth + 1, opts);
+    const start = w.out.length;
+    for (const entry of res.entries) writeResource(w, entry, entry.resource_type, depth + 1);
     if (res.total_entries !== undefined) {
-      children.push(`${pad}  <total-entries type="integer">${res.total_entries}</total-entries>\n`);
+      w.line(
+        depth + 1,
+        `<total-entries${w.attrs([['type', 'integer']])}>${res.total_entries}</total-entries>`,
+      );
     }
     for (const rel of ['next', 'prev'] as const) {
       const href = res[`${rel}_link`];
-      if (typeof href === 'string') children.push(`${pad}  <link rel="${rel}" href="${escapeXml(href)}"/>\n`);
+      if (typeof href === 'string')
+        w.line(
+          depth + 1,
+          `<link${w.attrs([
+            ['rel', rel],
+            ['href', href],
+          ])}/>`,
+        );
     }
-    out.push(children.length === 0 ? `${pad}<${name} type="array"/>\n` : `${pad}<${name} type="array">\n`);
-    if (children.length > 0) out.push(...children, `${pad}</${name}>\n`);
+    const children = w.out.splice(start);
+    if (children.length === 0) return w.emptyArray(depth, name, [['type', 'array']]);
+    w.line(depth, `<${name}${w.attrs([['type', 'array']])}>`);
+    w.out.push(...children);
+    w.line(depth, `</${name}>`);
     return;
   }
-  out.push(`${pad}<${name}>\n`);
-  const aliases = opts.relAliases?.[realType] ?? {};
+  w.line(depth, `<${name}>`);
+  const aliases = w.opts.relAliases?.[realType] ?? {};
   for (const [key, value] of Object.entries(res)) {
     if (key === 'resource_type' || value === undefined) continue;
     if (key.endsWith('_link') && typeof value === 'string') {
       const rel = key.slice(0, -'_link'.length);
-      const xmlRel = aliases[rel] ?? rel;
       const embedded = res[rel];
-      const head = `${pad}  <link rel="${escapeXml(xmlRel)}" href="${escapeXml(value)}"`;
+      const head = `<link${w.attrs([
+        ['rel', aliases[rel] ?? rel],
+        ['href', value],
+      ])}`;
       if (isResource(embedded)) {
-        out.push(`${head}>\n`);
-        const type = opts.embeddedType?.(res, rel) ?? embedded.resource_type;
-        writeResource(out, embedded, type, depth + 2, opts);
-        out.push(`${pad}  </link>\n`);
+        w.line(depth + 1, `${head}>`);
+        const type = w.opts.embeddedType?.(res, rel) ?? embedded.resource_type;
+        writeResource(w, embedded, type, depth + 2);
+        w.line(depth + 1, '</link>');
       } else {
-        out.push(`${head}/>\n`);
+        w.line(depth + 1, `${head}/>`);
       }
       continue;
     }
     if (isResource(value) && typeof res[`${key}_link`] === 'string') continue; // written inside its link
-    writeField(out, key, value, depth + 1, opts);
+    writeField(w, key, value, depth + 1);
   }
-  out.push(`${pad}</${name}>\n`);
+  w.line(depth, `</${name}>`);
 }
 
-function writeField(out: string[], key: string, value: Json, depth: number, opts: XmlWriteOptions): void {
-  const pad = '  '.repeat(depth);
+function writeField(w: Writer, key: string, value: Json, depth: number): void {
   const name = elementName(key);
   if (value === null) {
-    out.push(`${pad}<${name} nil="true"/>\n`);
+    w.line(depth, `<${name}${w.attrs([['nil', 'true']])}/>`);
   } else if (typeof value === 'boolean') {
-    out.push(`${pad}<${name} type="boolean">${value}</${name}>\n`);
+    w.line(depth, `<${name}${w.attrs([['type', 'boolean']])}>${value}</${name}>`);
   } else if (typeof value === 'number') {
     if (!Number.isInteger(value)) throw new TypeError(`xml-writer: field ${key} is not an integer: ${value}`);
-    out.push(`${pad}<${name} type="integer">${value}</${name}>\n`);
+    w.line(depth, `<${name}${w.attrs([['type', 'integer']])}>${value}</${name}>`);
   } else if (typeof value === 'string') {
-    const typed = isDatetimeText(value);
-    const text = typed ? xmlDatetime(value) : escapeXml(value);
-    out.push(`${pad}<${name}${typed ? ' type="datetime"' : ''}>${text}</${name}>\n`);
-  } else if (Array.isArray(value)) {
-    if (value.length === 0) {
-      out.push(`${pad}<${name} type="array"/>\n`);
-      return;
+    if (isDatetimeText(value)) {
+      w.line(depth, `<${name}${w.attrs([['type', 'datetime']])}>${w.datetime(value)}</${name}>`);
+    } else {
+      w.line(depth, `<${name}>${w.text(value)}</${name}>`);
     }
-    out.push(`${pad}<${name} type="array">\n`);
-    for (const item of value) {
+  } else if (Array.isArray(value) || isEntriesObject(value)) {
+    // A list inside a resource: held as {"entries":[…]} (or a bare array), written like a collection.
+    const items = Array.isArray(value) ? value : value.entries;
+    if (items.length === 0) return w.emptyArray(depth, name, [['type', 'array']]);
+    w.line(depth, `<${name}${w.attrs([['type', 'array']])}>`);
+    for (const item of items) {
       if (!isResource(item)) throw new TypeError(`xml-writer: items of ${key} must be resources`);
-      writeResource(out, item, item.resource_type, depth + 1, opts);
+      writeResource(w, item, item.resource_type, depth + 1);
     }
-    out.push(`${pad}</${name}>\n`);
+    w.line(depth, `</${name}>`);
   } else {
     throw new TypeError(`xml-writer: field ${key} holds an object without a link`);
   }
 }
 
 /**
- * Datetimes are held normalized (UTC, milliseconds, Z) so that the JSON form equals the normalized
- * form; the XML form states the same instant in the shapes real services use (no milliseconds, and
- * on odd minutes a +01:00 offset) so clients must normalize rather than copy.
+ * The default form: datetimes are held normalized (UTC, milliseconds, Z) so that the JSON form
+ * equals the normalized form; the XML states the same instant in the shapes real services use (no
+ * milliseconds, and on odd minutes a +01:00 offset) so clients must normalize rather than copy.
  */
-function xmlDatetime(value: string): string {
+function defaultXmlDatetime(value: string): string {
   if (!/\.000Z$/.test(value)) return value;
   const ms = Date.parse(value);
   if (new Date(ms).getUTCMinutes() % 2 === 0) return value.replace('.000Z', 'Z');
   return formatWithOffset(ms, 60);
-}
-
-/** ISO 8601 of an instant at a fixed offset from UTC, milliseconds only when not zero. */
-export function formatWithOffset(ms: number, offsetMinutes: number): string {
-  const local = new Date(ms + offsetMinutes * 60_000).toISOString();
-  const base = local.endsWith('.000Z') ? local.slice(0, -5) : local.slice(0, -1);
-  if (offsetMinutes === 0) return `${base}Z`;
-  const sign = offsetMinutes < 0 ? '-' : '+';
-  const abs = Math.abs(offsetMinutes);
-  const hh = String(Math.floor(abs / 60)).padStart(2, '0');
-  const mm = String(abs % 60).padStart(2, '0');
-  return `${base}${sign}${hh}:${mm}`;
 }
 
 export function escapeXml(s: string): string {
@@ -143,5 +236,14 @@ function isResource(v: unknown): v is Resource {
     v !== null &&
     !Array.isArray(v) &&
     typeof (v as Resource).resource_type === 'string'
+  );
+}
+
+function isEntriesObject(v: unknown): v is { entries: Json[] } {
+  return (
+    typeof v === 'object' &&
+    v !== null &&
+    !Array.isArray(v) &&
+    Array.isArray((v as { entries?: unknown }).entries)
   );
 }

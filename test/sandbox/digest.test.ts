@@ -32,10 +32,11 @@ describe('sandbox digest authentication', () => {
     expect(header).toMatch(
       /^Digest realm="feedsync-sandbox-scheduling", qop="auth", algorithm=MD5, nonce="[^"]+", opaque="[^"]+"$/,
     );
+    // MD5 on both by default: what curl --digest and Python requests speak (issue 11).
     const wf = await challengeFor(`${h.base.workflow}/api/events`);
     expect(wf).toMatchObject({
       realm: 'feedsync-sandbox-workflow',
-      algorithm: 'SHA-256',
+      algorithm: 'MD5',
       qop: 'auth',
       stale: false,
     });
@@ -107,7 +108,7 @@ describe('sandbox digest authentication', () => {
     expect((await withAuth(url, otherUri)).status).toBe(401);
     const wrongOpaque = authorizationHeader({ ...ch, opaque: 'x' }, { ...input, nc: 8 });
     expect((await withAuth(url, wrongOpaque)).status).toBe(401);
-    const wrongAlgo = authorizationHeader({ ...ch, algorithm: 'MD5' }, { ...input, nc: 9 });
+    const wrongAlgo = authorizationHeader({ ...ch, algorithm: 'SHA-256' }, { ...input, nc: 9 });
     expect((await withAuth(url, wrongAlgo)).status).toBe(401);
     expect((await withAuth(url, 'Basic c2FuZGJveDpzYW5kYm94LXNlY3JldA==')).status).toBe(401);
   });
