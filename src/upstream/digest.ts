@@ -109,7 +109,7 @@ export function parseDigestChallenge(header: string | string[] | undefined): Dig
   }
   const challenges = parseAuthenticateHeader(header).filter((c) => c.scheme.toLowerCase() === 'digest');
   if (challenges.length === 0) throw new DigestChallengeError('no Digest challenge in WWW-Authenticate');
-  // Prefer the strongest algorithm we support when the server offers several (RFC 7616 §3.7).
+  // Prefer the strongest algorithm we support (RFC 7616 §3.7), among the challenges we can answer.
   const supported = challenges
     .map((c) => ({ c, hash: ALGORITHMS[(c.params.algorithm ?? 'MD5').toLowerCase()] }))
     .filter((x): x is { c: (typeof challenges)[number]; hash: DigestAlgorithm } => x.hash !== undefined);
@@ -119,18 +119,15 @@ export function parseDigestChallenge(header: string | string[] | undefined): Dig
     );
   }
   supported.sort((a, b) => strength(b.hash) - strength(a.hash));
-  const { c, hash } = supported[0]!;
+  // auth-int would force us to hash every body; we only GET, and servers offering only auth-int
+  // are unheard of for this API, so such a challenge is skipped, or rejected clearly if alone.
+  const answerable = supported.find(({ c }) => c.params.qop === undefined || offersAuth(c.params.qop));
+  if (!answerable) throw new DigestChallengeError(`unsupported qop: ${supported[0]!.c.params.qop}`);
+  const { c, hash } = answerable;
   const { realm, nonce } = c.params;
   if (realm === undefined) throw new DigestChallengeError('Digest challenge without realm');
   if (nonce === undefined || nonce === '') throw new DigestChallengeError('Digest challenge without nonce');
-  let qop: 'auth' | undefined;
-  if (c.params.qop !== undefined) {
-    const offered = c.params.qop.split(',').map((q) => q.trim().toLowerCase());
-    // auth-int would force us to hash every body; we only GET, and servers offering only
-    // auth-int are unheard of for this API, so reject clearly rather than guess.
-    if (!offered.includes('auth')) throw new DigestChallengeError(`unsupported qop: ${c.params.qop}`);
-    qop = 'auth';
-  }
+  const qop = c.params.qop !== undefined ? ('auth' as const) : undefined;
   return {
     realm,
     nonce,
@@ -141,6 +138,10 @@ export function parseDigestChallenge(header: string | string[] | undefined): Dig
     stale: (c.params.stale ?? '').toLowerCase() === 'true',
     userhash: (c.params.userhash ?? '').toLowerCase() === 'true',
   };
+}
+
+function offersAuth(qop: string): boolean {
+  return qop.split(',').some((q) => q.trim().toLowerCase() === 'auth');
 }
 
 function strength(a: DigestAlgorithm): number {

@@ -109,6 +109,13 @@ describe('parseDigestChallenge', () => {
     expect(c.algorithm).toBeUndefined();
   });
 
+  it('skips a stronger challenge it cannot answer (auth-int only) for a weaker one it can', () => {
+    const c = parseDigestChallenge(
+      'Digest realm="r", nonce="a", qop="auth-int", algorithm=SHA-256, Digest realm="r", nonce="b", qop="auth", algorithm=MD5',
+    );
+    expect(c).toMatchObject({ hash: 'MD5', nonce: 'b', qop: 'auth' });
+  });
+
   it('accepts lowercase scheme and algorithm names and MD5-sess / SHA-256-sess', () => {
     expect(parseDigestChallenge('digest realm="x", nonce="n", algorithm=md5-sess').hash).toBe('MD5-sess');
     expect(parseDigestChallenge('Digest realm="x", nonce="n", algorithm=SHA-256-sess').hash).toBe(
