@@ -42,6 +42,9 @@ async function runToCompletion(sandbox: Sandbox, dir: string, queue: Record<stri
   const raw = rawConfig(sandbox, dir, {
     queue,
     sinks: [{ name: 'file', type: 'jsonl', path: jsonl }],
+    // Caught up, a source waits a whole minute before polling again, so no request lands between
+    // the final scrape and the sandbox's count (with 100 ms, one sometimes did).
+    source: { poll_interval_ms: 60_000 },
   });
   const { daemon, config } = await startTestDaemon(raw, dir);
   try {
