@@ -53,7 +53,7 @@ export async function exerciseDlq(opts: {
   const retryOne = await cli('dlq', 'retry', '--key', toRetry[0]!);
   expect(retryOne.stdout.trim(), retryOne.stderr).toBe('re-queued 1 dead letter');
   await waitFor(() => linesOf(pickyPath).includes(toRetry[0]!), 10_000, `${toRetry[0]} to reach the sink`);
-  const retryRest = await cli('dlq', 'retry', '--sink', 'picky');
+  const retryRest = await cli('dlq', 'retry', '--sink', 'picky', '--all');
   expect(retryRest.stdout.trim(), retryRest.stderr).toBe(`re-queued ${toRetry.length - 1} dead letters`);
   await waitFor(
     () => toRetry.every((k) => linesOf(pickyPath).includes(k)),
