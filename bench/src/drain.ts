@@ -3,7 +3,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import type { SandboxEvent, ServiceName } from '../sandbox/types.js';
+import type { SandboxEvent, ServiceName } from '../../dist/sandbox/types.js';
 import { serviceCounts, type SandboxControl, type ServiceCounts } from './control.js';
 import { JsonlTail } from './jsonl-tail.js';
 import { spawnChild, type Child, type SandboxInfo } from './procs.js';
