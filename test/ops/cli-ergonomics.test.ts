@@ -2,7 +2,9 @@
 // progress and Ctrl-C, through real child processes (`node dist/cli.js`) against the sandbox.
 // The dlq --all / --dry-run rules run in both drivers' ops tests (support/dlq-flow.ts).
 import { execFile } from 'node:child_process';
-import { rmSync } from 'node:fs';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
@@ -179,5 +181,38 @@ describe('cursor reset --to latest', () => {
     );
     expect(p.stdout()).toEqual([]);
     expect((await cli('cursor', 'show')).stdout).toMatch(/^scheduling\t7$/m);
+  });
+});
+
+describe('start-up', () => {
+  /** Runs `feedsync ...args` until "feedsync started", then stops it; returns every module URL it loaded. */
+  async function modulesLoadedBy(args: string[]): Promise<string[]> {
+    const loaded = join(dir, `loaded-${args.join('-')}.txt`);
+    const hook = join(dir, 'record-loads.mjs');
+    writeFileSync(
+      hook,
+      `import { registerHooks } from 'node:module';
+import { writeFileSync } from 'node:fs';
+const urls = [];
+registerHooks({ load(url, context, next) { urls.push(url); return next(url, context); } });
+process.on('exit', () => writeFileSync(${JSON.stringify(loaded)}, urls.join('\\n')));
+`,
+    );
+    const p = spawnCli(['--config', configFile, '--log-level', 'info', ...args], {
+      env: { NODE_OPTIONS: `--import=${pathToFileURL(hook).href}` },
+    });
+    await p.waitForLine(/feedsync started/, 20_000, 'feedsync started'); // JSON or pretty
+    expect((await p.stop()).code).toBe(0);
+    return readFileSync(loaded, 'utf8').split('\n');
+  }
+  const unneeded = /\/dist\/sandbox\/|\/node_modules\/(pino-pretty|bullmq|ioredis)\//;
+
+  it('run with the local queue and JSON logs loads neither the sandbox, nor pino-pretty, nor BullMQ', async () => {
+    const urls = await modulesLoadedBy(['run']);
+    expect(urls.some((u) => u.endsWith('/dist/daemon.js'))).toBe(true);
+    expect(urls.filter((u) => unneeded.test(u))).toEqual([]);
+    // The same recording sees pino-pretty when the logs are for humans.
+    const pretty = await modulesLoadedBy(['run', '--pretty']);
+    expect(pretty.some((u) => u.includes('/node_modules/pino-pretty/'))).toBe(true);
   });
 });
