@@ -135,10 +135,15 @@ examples(
     .option('--seed <n>', 'sandbox seed', int('--seed'), 1)
     .option('--duration <s>', 'stop by itself after this many seconds', int('--duration', 1))
     .option('--dir <path>', 'where the store and outputs go (default: a new temp dir)')
-    .action(async (o: { backlog: number; rate: number; seed: number; duration?: number; dir?: string }) => {
-      const { demoCommand } = await import('./commands/demo.js');
-      await demoCommand(o, print);
-    }),
+    .action(
+      async (
+        o: { backlog: number; rate: number; seed: number; duration?: number; dir?: string },
+        cmd: Command,
+      ) => {
+        const { demoCommand } = await import('./commands/demo.js');
+        await demoCommand({ ...o, logLevel: globals(cmd).logLevel }, print);
+      },
+    ),
   'feedsync demo',
   'feedsync demo --duration 10 --dir ./demo-out',
 );

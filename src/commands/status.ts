@@ -48,6 +48,7 @@ export async function statusCommand(
     // On a terminal the report is redrawn in place; piped, each refresh is appended, so a log
     // or `jq` keeps every one (one compact JSON document per line with --json).
     const inPlace = screen.isTTY === true && !opts.json;
+    if (inPlace) screen.write('\x1b[2J'); // a clean screen to redraw on
     await untilInterrupted(async (interrupted) => {
       while (!interrupted.aborted) {
         const report = await readStatus(config, ops);
