@@ -1,6 +1,6 @@
 // Start-up: process spawn → first upstream request of `feedsync run` (local queue, one source,
 // one jsonl sink, a fresh store). A loopback server stands in for the upstream and records when
-// the first request arrives; the child is killed right after, so nothing else is measured.
+// the first request arrives; the child is stopped right after, so nothing else is measured.
 // The first run uses an empty compile cache (a new container); the others find it warm.
 import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -78,8 +78,11 @@ async function once(dir: string, cache: string, timeoutMs: number): Promise<numb
       throw new Error(`feedsync run made no upstream request (${outcome}): ${stderr.slice(-2000)}`);
     return firstRequestAt - started;
   } finally {
-    child.kill('SIGKILL');
+    // A graceful stop, as a real one: Node writes the compile cache as the process exits.
+    child.kill('SIGTERM');
+    const killer = setTimeout(() => child.kill('SIGKILL'), 10_000);
     await exited;
+    clearTimeout(killer);
     await new Promise((resolve) => server.close(resolve));
     rmSync(work, { recursive: true, force: true });
   }
