@@ -7,21 +7,24 @@ ARG NODE_IMAGE=node:24-bookworm
 ARG NODE_RUNTIME_IMAGE=node:24-bookworm-slim
 
 FROM ${NODE_IMAGE} AS build
-# better-sqlite3 compiles from source when no prebuilt binary can be fetched.
+# The toolchain is for native modules without a binary for the platform: better-sqlite3 (13+)
+# carries prebuilt binaries for linux x64/arm64 in its package; msgpackr-extract (BullMQ's) gets
+# one from an optional platform package and compiles from source otherwise.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 make g++ \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
-# The image's bundled npm (10.x) is used on purpose: npm >= 11.6.2 rejects lockfiles that lack
-# other platforms' optional packages (npm/cli#8805). Dependencies first so this layer is cached
-# until the lockfile changes. --ignore-scripts
-# because `prepare` would try to compile TypeScript before the sources are copied; the
-# native modules are then built explicitly.
+# The image's bundled npm (11.x on node:24). npm >= 11.6.2 refuses a lockfile that lacks other
+# platforms' optional packages (npm/cli#8805); package-lock.json carries stub entries for them
+# (scripts/complete-lockfile.mjs), so `npm ci` accepts it. Dependencies first so this layer is
+# cached until the lockfile changes. --ignore-scripts because `prepare` would try to compile
+# TypeScript before the sources are copied; the native modules are then built explicitly.
 COPY package.json package-lock.json ./
 RUN npm ci --ignore-scripts --no-audit --no-fund \
  && npm rebuild better-sqlite3 msgpackr-extract
 COPY tsconfig.json ./
 COPY scripts/build.mjs scripts/build.mjs
+# Only the product's sources: the benchmark (bench/) and the tests are not in the image.
 COPY src src
 RUN npm run build
 # Production dependencies only, taken from THIS stage: `npm prune` keeps the already-compiled

@@ -2,7 +2,17 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['.dist-*/**', 'dist/**', 'node_modules/**', 'helm/**', 'coverage/**', '.helm/**'] },
+  {
+    ignores: [
+      '.dist-*/**',
+      'dist/**',
+      'bench/dist/**',
+      'node_modules/**',
+      'helm/**',
+      'coverage/**',
+      '.helm/**',
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

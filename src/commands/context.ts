@@ -7,11 +7,15 @@ import { createLogger } from '../observability/logger.js';
 export interface GlobalOptions {
   config?: string;
   pretty?: boolean;
+  /** `--log-level`: wins over `log.level` of the config. */
+  logLevel?: string;
 }
 
 /** Every command validates the config the same way before doing anything. */
 export function loadForCommand(opts: GlobalOptions): { loaded: LoadedConfig; logger: Logger } {
   const loaded = loadConfigFile(opts.config ?? defaultConfigPath(process.env), process.env);
+  // Overriding the config itself, so whatever reads log.level later sees the same level.
+  if (opts.logLevel) loaded.config.log.level = opts.logLevel as typeof loaded.config.log.level;
   const logger = createLogger({
     level: loaded.config.log.level,
     pretty: opts.pretty ?? process.stdout.isTTY === true,

@@ -1,24 +1,34 @@
-import type { FeedsyncConfig } from '../config/types.js';
+import type { FeedsyncConfig, SourceConfig } from '../config/types.js';
 import { ConfigError } from '../core/errors.js';
 import { findLatestEventId } from '../pipeline/poller.js';
 import { services } from '../services/index.js';
-import { createUpstreamClient } from '../upstream/client.js';
+import { createUpstreamClient, type UpstreamClient } from '../upstream/client.js';
 import { openOps } from './admin.js';
+import { CommandError, InterruptedError } from './errors.js';
+import { untilInterrupted } from './interrupt.js';
+import { progressOn, type Progress } from './progress.js';
 
-export class CommandError extends Error {}
+/** `feedsync cursor show --json`: the shape docs/cli.md documents. */
+export interface CursorReport {
+  cursors: { source: string; cursor: number | null }[];
+}
 
-/** `feedsync cursor show | set SOURCE ID | reset SOURCE --to latest|earliest`. */
+/** `feedsync cursor show [--json] | set SOURCE ID | reset SOURCE --to latest|earliest`. */
 export async function cursorCommand(
   config: FeedsyncConfig,
   action: 'show' | 'set' | 'reset',
-  args: { source?: string; id?: string; to?: string },
+  args: { source?: string; id?: string; to?: string; json?: boolean },
   out: (s: string) => void,
 ): Promise<void> {
   const ops = await openOps(config);
   try {
     if (action === 'show') {
-      for (const s of await ops.sourceState.status(config.sources.map((x) => x.name)))
-        out(`${s.source}\t${s.cursor ?? '(none: start_from applies)'}`);
+      const cursors = (await ops.sourceState.status(config.sources.map((x) => x.name))).map((s) => ({
+        source: s.source,
+        cursor: s.cursor,
+      }));
+      if (args.json) return out(JSON.stringify({ cursors } satisfies CursorReport, null, 2));
+      for (const s of cursors) out(`${s.source}	${s.cursor ?? '(none: start_from applies)'}`);
       return;
     }
     const source = config.sources.find((s) => s.name === args.source);
@@ -38,26 +48,54 @@ export async function cursorCommand(
         throw new ConfigError('', `cursor set needs a non-negative integer event id, got "${args.id}"`);
       target = Number(args.id);
     } else if (args.to === 'earliest') target = 0;
-    else if (args.to === 'latest') {
-      const client = createUpstreamClient({
-        source: source.name,
-        username: source.username,
-        password: source.password,
-        format: source.format,
-        timeoutMs: source.timeout_ms,
-        linkRel: services[source.service].linkRel,
-        compression: source.compression,
-      });
-      try {
-        target = await findLatestEventId(client, source.base_url);
-      } finally {
-        await client.close();
-      }
-    } else throw new ConfigError('', `cursor reset needs --to latest or --to earliest, got "${args.to}"`);
+    else if (args.to === 'latest') target = await latestEventId(source, progressOn());
+    else throw new ConfigError('', `cursor reset needs --to latest or --to earliest, got "${args.to}"`);
     const before = (await ops.sourceState.get(source.name))?.eventId;
     await ops.sourceState.save(source.name, target, []);
     out(`${source.name}: cursor ${before ?? '(none)'} → ${target}`);
   } finally {
     await ops.close();
+  }
+}
+
+/**
+ * Pages through the source's feed to its newest event, reporting each page. Ctrl-C abandons the
+ * request in flight: nothing has been written yet, and InterruptedError says so.
+ */
+async function latestEventId(source: SourceConfig, progress: Progress): Promise<number> {
+  const client = createUpstreamClient({
+    source: source.name,
+    username: source.username,
+    password: source.password,
+    format: source.format,
+    timeoutMs: source.timeout_ms,
+    linkRel: services[source.service].linkRel,
+  });
+  let pages = 0;
+  const counting: UpstreamClient = {
+    ...client,
+    get: async (url, opts) => {
+      const newerThan = new URL(url).searchParams.get('newer_than') ?? '0';
+      progress.update(
+        `${source.name}: paging the feed to its newest event: page ${++pages}, after event ${newerThan}`,
+      );
+      return client.get(url, opts);
+    },
+  };
+  try {
+    const { value, interrupted } = await untilInterrupted((signal) =>
+      findLatestEventId(counting, source.base_url, signal).catch((err: unknown) => {
+        if (signal.aborted) return null;
+        throw err;
+      }),
+    );
+    if (interrupted || value === null)
+      throw new InterruptedError(
+        `interrupted after ${pages} page${pages === 1 ? '' : 's'}: the cursor of "${source.name}" was not changed`,
+      );
+    return value;
+  } finally {
+    progress.done();
+    await client.close();
   }
 }

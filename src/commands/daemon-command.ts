@@ -1,3 +1,4 @@
+import { flushCompileCache } from 'node:module';
 import { boundHeapGrowth } from '../heap.js';
 import { startDaemon, type DaemonMode } from '../daemon.js';
 import { handleShutdownSignals } from '../signals.js';
@@ -21,6 +22,9 @@ export async function daemonCommand(mode: DaemonMode, opts: GlobalOptions): Prom
     logger,
   );
   await starting;
+  // Node writes the compile cache at exit; a daemon that is killed rather than stopped would never
+  // write it. Everything start-up needs is loaded by now.
+  flushCompileCache();
 }
 
 function withDeadline(p: Promise<void>, ms: number): Promise<void> {

@@ -15,6 +15,8 @@ export interface DemoOptions {
   seed: number;
   duration?: number;
   dir?: string;
+  /** `--log-level`; the demo's own default is warn, so its progress lines stay readable. */
+  logLevel?: string;
 }
 
 /**
@@ -46,11 +48,15 @@ export async function demoCommand(opts: DemoOptions, out: (s: string) => void): 
         { name: 'mirror', type: 'sqlite', path: join(dir, 'mirror.db') },
       ],
       http: { host: '127.0.0.1', port: 0 },
-      log: { level: 'warn' },
+      log: { level: opts.logLevel ?? 'warn' },
     },
     { dir },
   );
-  const logger = createLogger({ level: 'warn', pretty: process.stderr.isTTY === true, destination: 2 });
+  const logger = createLogger({
+    level: config.log.level,
+    pretty: process.stderr.isTTY === true,
+    destination: 2,
+  });
   const events = new PipelineEvents();
   const progress = trackProgress(
     events,

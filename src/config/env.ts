@@ -1,12 +1,13 @@
-// `${NAME}` substitution, done on the YAML syntax tree rather than on the text so that a value
+// `${NAME}` and `${NAME:-default}` substitution, done on the YAML syntax tree rather than on the text so that a value
 // containing `:`, `#` or quotes can never change the structure of the document.
 import { isAlias, isMap, isPair, isScalar, isSeq, type Document, type Node, Scalar } from 'yaml';
 import { toConfigError, type ConfigIssue } from './schema.js';
 
 /** `$${NAME}` is the escape for a literal `${NAME}`; any other `${...}` must name a variable. */
 const REFERENCE = /\$(\$?)\{([^}]*)\}/g;
-const VALID_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
-const WHOLE_REFERENCE = /^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$/;
+/** What goes between the braces: a name, optionally `:-` and a default (which cannot hold `}`). */
+const VALID_REFERENCE = /^([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?$/s;
+const WHOLE_REFERENCE = /^\$\{[A-Za-z_][A-Za-z0-9_]*(?::-[^}]*)?\}$/;
 
 /** Appends a map key or sequence index to a key path: `sources` + 1 → `sources[1]`. */
 export function joinPath(parent: string, key: string | number): string {
@@ -16,7 +17,10 @@ export function joinPath(parent: string, key: string | number): string {
 
 /**
  * Replaces every `${NAME}` in the document's scalar values (not keys) by `env[NAME]`, in place.
- * A plain (unquoted) scalar that was exactly `${NAME}` is re-read as a YAML scalar, so
+ * `${NAME:-default}` is `default` when NAME is unset or empty, as in POSIX shells and Docker
+ * Compose (`${NAME:-}` is the empty string); only a plain `${NAME}` that is unset is an error.
+ * A plain (unquoted) scalar that was exactly one reference is re-read as a YAML scalar (except an
+ * empty default, which stays ''), so
  * `port: ${PORT}` yields a number and `expand_subject: ${X}` a boolean; quote it
  * (`password: "${PW}"`) to keep the value a string whatever it looks like.
  * Throws one ConfigError listing every unset or malformed reference.
@@ -59,14 +63,21 @@ function substituteScalar(node: Scalar, path: string, env: NodeJS.ProcessEnv, is
   if (typeof node.value !== 'string' || !node.value.includes('$')) return;
   const source = node.value;
   let failed = false;
-  const replaced = source.replace(REFERENCE, (whole, escape: string, name: string) => {
+  let emptyByDefault = false;
+  const replaced = source.replace(REFERENCE, (whole, escape: string, inner: string) => {
     if (escape) return whole.slice(1);
-    if (!VALID_NAME.test(name)) {
-      issues.push({ path, message: `invalid environment variable reference "\${${name}}"` });
+    const reference = VALID_REFERENCE.exec(inner);
+    if (!reference) {
+      issues.push({ path, message: `invalid environment variable reference "\${${inner}}"` });
       failed = true;
       return whole;
     }
+    const [, name = '', fallback] = reference;
     const value = env[name];
+    if (fallback !== undefined && (value === undefined || value === '')) {
+      emptyByDefault = fallback === '';
+      return fallback;
+    }
     if (value === undefined) {
       issues.push({ path, message: `environment variable ${name} is not set` });
       failed = true;
@@ -75,8 +86,9 @@ function substituteScalar(node: Scalar, path: string, env: NodeJS.ProcessEnv, is
     return value;
   });
   if (failed) return;
-  const wholeMatch = WHOLE_REFERENCE.exec(source);
-  node.value = wholeMatch && node.type === Scalar.PLAIN ? resolvePlainScalar(replaced) : replaced;
+  // `key: ${NAME:-}` asks for the empty string, not for YAML's empty plain scalar (null).
+  const retype = node.type === Scalar.PLAIN && WHOLE_REFERENCE.test(source) && !emptyByDefault;
+  node.value = retype ? resolvePlainScalar(replaced) : replaced;
 }
 
 const NULL = /^(?:~|null|Null|NULL|)$/;

@@ -1,8 +1,9 @@
 // The process logger: pino JSON lines on stdout, or pino-pretty for humans. Credentials are kept
 // out twice: pino `redact` censors the keys that hold them, and a final text pass removes any
 // known secret value and any URL userinfo wherever it ended up (messages, nested objects, errors).
+import { createRequire } from 'node:module';
 import { pino, type Logger as PinoLogger, type DestinationStream } from 'pino';
-import pinoPretty from 'pino-pretty';
+import type pinoPrettyModule from 'pino-pretty';
 import { createTextRedactor, REDACTED } from './redact-text.js';
 
 export type Logger = PinoLogger;
@@ -56,6 +57,8 @@ export function createLogger(opts: LoggerOptions): Logger {
 function resolveDestination(opts: LoggerOptions): DestinationStream | NodeJS.WritableStream {
   const target = opts.destination ?? 1;
   if (opts.pretty) {
+    // Loaded only for humans: a daemon logging JSON never pays for it at start-up.
+    const pinoPretty = createRequire(import.meta.url)('pino-pretty') as typeof pinoPrettyModule;
     // Synchronous so that lines written just before exit are not lost; log volume is modest.
     return pinoPretty({
       destination: target,

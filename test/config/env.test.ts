@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { resolvePlainScalar } from '../../src/config/env.js';
+import { parseDocument } from 'yaml';
+import { resolvePlainScalar, substituteEnv } from '../../src/config/env.js';
 import { parseConfig } from '../../src/config/load.js';
 import { configError } from './helpers.js';
 
@@ -128,5 +129,71 @@ sinks:
     expect(resolvePlainScalar('yes')).toBe('yes');
     expect(resolvePlainScalar('[1, 2]')).toBe('[1, 2]');
     expect(resolvePlainScalar('a: b')).toBe('a: b');
+  });
+});
+
+describe('${NAME:-default} substitution', () => {
+  const substituted = (yaml: string, env: Record<string, string>) => {
+    const doc = parseDocument(yaml);
+    substituteEnv(doc, env);
+    return doc.toJS() as Record<string, unknown>;
+  };
+
+  it('uses the default when NAME is unset or empty, typed like a plain scalar', () => {
+    const yaml = BASE.replace('${BASE}', '${BASE:-http://127.0.0.1:4999}')
+      .replace('${POLL}', '${POLL:-250}')
+      .replace('${EXPAND}', '${EXPAND:-false}')
+      .replace('${METRICS_PORT}', '${METRICS_PORT:-9100}');
+    const env: Record<string, string> = { ...ENV, POLL: '' };
+    delete env.BASE;
+    delete env.EXPAND;
+    delete env.METRICS_PORT;
+    const { config } = parseConfig(yaml, { dir: '/tmp', env });
+    const source = config.sources[0]!;
+    expect(source.base_url).toBe('http://127.0.0.1:4999/scheduling');
+    expect(source.poll_interval_ms).toBe(250);
+    expect(source.expand_subject).toBe(false);
+    expect(config.http.port).toBe(9100);
+  });
+
+  it('uses the variable when it is set and not empty', () => {
+    const yaml = BASE.replace('${POLL}', '${POLL:-250}').replace('${PW}', '"${PW:-fallback}"');
+    const { config } = parseConfig(yaml, { dir: '/tmp', env: { ...ENV, POLL: '750', PW: '0042' } });
+    expect(config.sources[0]!.poll_interval_ms).toBe(750);
+    expect(config.sources[0]!.password).toBe('0042');
+  });
+
+  it('${NAME:-} is the empty string, plain or quoted, whole or inside a value', () => {
+    expect(substituted('a: ${X:-}\nb: "${X:-}"\nc: pre-${X:-}-post\n', {})).toEqual({
+      a: '',
+      b: '',
+      c: 'pre--post',
+    });
+  });
+
+  it('keeps a default with colons, slashes and spaces as text', () => {
+    expect(substituted('url: ${URL:-redis://h:6379/0}\nmsg: "${MSG:-a b: c}"\nn: ${N:-007}\n', {})).toEqual({
+      url: 'redis://h:6379/0',
+      msg: 'a b: c',
+      n: 7,
+    });
+  });
+
+  it('an unset ${NAME} beside defaulted ones is still the only error', () => {
+    const yaml = BASE.replace('${POLL}', '${POLL:-250}');
+    const env: Record<string, string> = { ...ENV };
+    delete env.POLL;
+    delete env.PW;
+    const err = configError(() => parseConfig(yaml, { dir: '/tmp', env }));
+    expect(err.message.split('\n')).toEqual(['sources[0].password: environment variable PW is not set']);
+  });
+
+  it('rejects a malformed name before the default', () => {
+    for (const bad of ['${1BAD:-x}', '${:-x}', '${A-x}', '${A:x}']) {
+      const yaml = BASE.replace('username: ${USER_NAME}', () => `username: ${bad}`);
+      const err = configError(() => parseConfig(yaml, { dir: '/tmp', env: ENV }));
+      expect(err.path, bad).toBe('sources[0].username');
+      expect(err.message).toContain(`invalid environment variable reference "${bad}"`);
+    }
   });
 });

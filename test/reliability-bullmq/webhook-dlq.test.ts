@@ -137,7 +137,7 @@ describe.each(['bullmq', 'local'] as const)(`webhook dead letters, %s driver ${n
 
     // The receiver is fixed; the operator replays what is left.
     receiver.setPolicy(() => 200);
-    expect(await cli(configPath, ['dlq', 'retry', '--sink', 'hook'])).toEqual([
+    expect(await cli(configPath, ['dlq', 'retry', '--sink', 'hook', '--all'])).toEqual([
       `re-queued ${replayed.length} dead letters`,
     ]);
     await eventually(

@@ -7,7 +7,7 @@ import type { JsonlSinkConfig } from '../../src/config/types.js';
 import { RetryLaterError } from '../../src/core/errors.js';
 import { openJsonlSink, type JsonlSink } from '../../src/sinks/jsonl.js';
 import { keyOfLine } from '../../src/sinks/jsonl-tail.js';
-import { describeSinkConformance } from './conformance.js';
+import { describeSinkConformance } from '../../src/testing/conformance.js';
 import { makeChange, testContext } from './support/make-change.js';
 
 const filter = { sources: [], services: [], event_types: [], resource_types: [] };

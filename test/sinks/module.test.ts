@@ -8,7 +8,7 @@ import type { ModuleSinkConfig } from '../../src/config/types.js';
 import { ConfigError, FeedsyncError, NeverError, RetryLaterError } from '../../src/core/errors.js';
 import { openModuleSink } from '../../src/sinks/module.js';
 import type { Sink } from '../../src/sinks/sink.js';
-import { describeSinkConformance } from './conformance.js';
+import { describeSinkConformance } from '../../src/testing/conformance.js';
 import { makeChange, testContext } from './support/make-change.js';
 
 const EXAMPLE = resolve(fileURLToPath(import.meta.url), '../../../config/examples/my-sink.js');

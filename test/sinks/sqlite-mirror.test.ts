@@ -7,7 +7,7 @@ import type { SqliteSinkConfig } from '../../src/config/types.js';
 import type { Change } from '../../src/core/change.js';
 import type { Sink } from '../../src/sinks/sink.js';
 import { openSqliteSink } from '../../src/sinks/sqlite-mirror.js';
-import { describeSinkConformance } from './conformance.js';
+import { describeSinkConformance } from '../../src/testing/conformance.js';
 import { BASE, makeChange, nextEventId, testContext } from './support/make-change.js';
 
 const filter = { sources: [], services: [], event_types: [], resource_types: [] };

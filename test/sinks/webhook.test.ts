@@ -5,7 +5,7 @@ import type { WebhookSinkConfig } from '../../src/config/types.js';
 import { ConfigError, NeverError, RetryLaterError } from '../../src/core/errors.js';
 import type { Sink } from '../../src/sinks/sink.js';
 import { openWebhookSink } from '../../src/sinks/webhook.js';
-import { describeSinkConformance } from './conformance.js';
+import { describeSinkConformance } from '../../src/testing/conformance.js';
 import { makeChange, testContext } from './support/make-change.js';
 import { signatureValid, startReceiver, type Receiver } from './support/receiver.js';
 

@@ -8,8 +8,11 @@ import type { CliResult } from './cli.js';
 export interface DeadJson {
   sink: string;
   key: string;
+  event_type: string;
   attempts: number;
+  failed_at: string;
   error: string;
+  change: { key: string; event_type: string };
 }
 
 export function linesOf(path: string): string[] {
@@ -39,6 +42,9 @@ export async function exerciseDlq(opts: {
     expect(d.sink).toBe('picky');
     expect(d.error).toContain(`refusing ${d.key} on purpose`);
     expect(d.attempts).toBe(1); // a NeverError is dead at once, not retried
+    expect(d.change.key).toBe(d.key);
+    expect(d.event_type).toBe(d.change.event_type);
+    expect(Date.now() - Date.parse(d.failed_at)).toBeLessThan(120_000);
   }
   expect(linesOf(pickyPath).filter((k) => refused.includes(k))).toEqual([]);
   expect(one.stdout.trim().split('\n')).toHaveLength(1);
@@ -53,7 +59,34 @@ export async function exerciseDlq(opts: {
   const retryOne = await cli('dlq', 'retry', '--key', toRetry[0]!);
   expect(retryOne.stdout.trim(), retryOne.stderr).toBe('re-queued 1 dead letter');
   await waitFor(() => linesOf(pickyPath).includes(toRetry[0]!), 10_000, `${toRetry[0]} to reach the sink`);
-  const retryRest = await cli('dlq', 'retry', '--sink', 'picky');
+  // Without --key, retry and drop act on every match: they insist on --all; --dry-run shows what.
+  const left = toRetry.slice(1);
+  const [unconfirmed, conflicting, dryRetry, dryDrop] = await Promise.all([
+    cli('dlq', 'retry', '--sink', 'picky'),
+    cli('dlq', 'drop', '--all', '--key', left[0]!),
+    cli('dlq', 'retry', '--sink', 'picky', '--all', '--dry-run'),
+    cli('dlq', 'drop', '--all', '--dry-run'),
+  ]);
+  expect(unconfirmed.code).toBe(2);
+  expect(unconfirmed.stderr).toMatch(/without --key acts on every dead letter of sink "picky": pass --all/);
+  expect(conflicting.code).toBe(2);
+  expect(dryRetry.code, dryRetry.stderr).toBe(0);
+  expect(dryRetry.stdout.trim().split('\n').at(-1)).toBe(
+    `dry run: would re-queue ${left.length} dead letters (nothing changed)`,
+  );
+  const shown = dryRetry.stdout
+    .split('\n')
+    .filter((l) => l.startsWith('picky\t'))
+    .map((l) => l.split('\t')[1]);
+  expect(shown).toHaveLength(Math.min(20, left.length)); // the first 20, then "… and N more"
+  for (const k of shown) expect(left).toContain(k);
+  expect(dryDrop.stdout.trim().split('\n').at(-1)).toBe(
+    `dry run: would drop ${left.length} dead letters (nothing changed)`,
+  );
+  const stillDead = JSON.parse((await cli('dlq', 'list', '--json')).stdout) as DeadJson[];
+  expect(stillDead.map((d) => d.key).sort()).toEqual([...left].sort());
+
+  const retryRest = await cli('dlq', 'retry', '--sink', 'picky', '--all');
   expect(retryRest.stdout.trim(), retryRest.stderr).toBe(`re-queued ${toRetry.length - 1} dead letters`);
   await waitFor(
     () => toRetry.every((k) => linesOf(pickyPath).includes(k)),

@@ -4,6 +4,7 @@ import type { BareBullmqResult } from './bare-bullmq.js';
 import type { DrainResult } from './drain.js';
 import type { LatencyResult } from './latency.js';
 import type { RawResult } from './raw-limit.js';
+import type { StartupResult } from './startup.js';
 
 export interface TargetCheck {
   target: string;
@@ -21,6 +22,7 @@ export interface BenchReport {
   drains: Omit<DrainResult, 'output'>[];
   bare_bullmq: BareBullmqResult | null;
   latency: LatencyResult;
+  startup: StartupResult;
   memory: Omit<DrainResult, 'output'>[];
   errors: string[];
   targets: TargetCheck[];
@@ -127,6 +129,12 @@ export function evaluate(r: BenchReport): TargetCheck[] {
       });
     }
   }
+  const st = r.startup;
+  checks.push({
+    target: 'process start -> first upstream request (run, local) <= 150 ms',
+    figure: `median ${st.medianMs.toFixed(0)} ms (min ${st.minMs.toFixed(0)}, first start with an empty compile cache ${st.coldMs.toFixed(0)} ms)`,
+    met: st.medianMs <= 150,
+  });
   const l = r.latency;
   checks.push({
     target: `live p99 <= poll_interval_ms + 100 (${l.pollIntervalMs + 100} ms)`,
@@ -204,6 +212,10 @@ export function renderTable(r: BenchReport): string {
   const l = r.latency;
   parts.push(
     `\nLive latency (${l.ratePerService} events/s per service, poll_interval_ms ${l.pollIntervalMs}, ${l.windowSeconds} s window): p50 ${l.p50Ms} ms, p99 ${l.p99Ms} ms, max ${l.maxMs} ms, ${l.samples} samples`,
+  );
+  const st = r.startup;
+  parts.push(
+    `\nStart-up (spawn -> first upstream request, run, local; ${st.runs} runs): median ${st.medianMs.toFixed(0)} ms, min ${st.minMs.toFixed(0)} ms, first (empty compile cache) ${st.coldMs.toFixed(0)} ms`,
   );
   parts.push('\nMemory (local run, both services)\n');
   parts.push(

@@ -1,5 +1,5 @@
 // The sandbox's control API, seen from the benchmark (the sandbox runs in another process).
-import type { SandboxEvent, SandboxStats, ServiceName } from '../sandbox/types.js';
+import type { SandboxEvent, SandboxStats, ServiceName } from '../../dist/sandbox/types.js';
 
 export class SandboxControl {
   constructor(private readonly controlUrl: string) {}

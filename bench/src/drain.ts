@@ -3,7 +3,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import type { SandboxEvent, ServiceName } from '../sandbox/types.js';
+import type { SandboxEvent, ServiceName } from '../../dist/sandbox/types.js';
 import { serviceCounts, type SandboxControl, type ServiceCounts } from './control.js';
 import { JsonlTail } from './jsonl-tail.js';
 import { spawnChild, type Child, type SandboxInfo } from './procs.js';
@@ -64,6 +64,8 @@ export function writeConfig(opts: DrainOptions, jsonlPath: string): string {
       format: 'json',
       start_from: 'earliest',
       poll_interval_ms: opts.pollIntervalMs ?? 1000,
+      // Loopback, like the raw limit: the figures measure the pipeline, not zlib.
+      compression: false,
     })),
     sinks: [{ name: 'file', type: 'jsonl', path: jsonlPath }, ...(opts.extraSinks ?? [])],
     http: { host: '127.0.0.1', port: 0 },

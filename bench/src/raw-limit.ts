@@ -2,16 +2,16 @@
 // makes to drain a feed (the feed pages, with the same newer_than values and expand parameters,
 // plus the subject GETs it has to make), issued by a concurrent keep-alive client with the same
 // Digest code. A ratio feedsync/raw holds on a noisy machine where absolute rates do not.
-import type { FeedEvent } from '../pipeline/change.js';
-import type { SourceConfig } from '../config/types.js';
-import { UpstreamAuthError } from '../core/errors.js';
-import { nextCursor, PAGE_SIZE } from '../pipeline/cursor.js';
-import { readFeedEvents } from '../pipeline/feed-page.js';
-import { mapLimit } from '../pipeline/map-limit.js';
-import { feedUrl } from '../pipeline/poller.js';
-import type { ServiceName } from '../sandbox/types.js';
-import { services } from '../services/index.js';
-import { createUpstreamClient, type UpstreamClient } from '../upstream/client.js';
+import type { FeedEvent } from '../../dist/pipeline/change.js';
+import type { SourceConfig } from '../../dist/config/types.js';
+import { UpstreamAuthError } from '../../dist/core/errors.js';
+import { nextCursor, PAGE_SIZE } from '../../dist/pipeline/cursor.js';
+import { readFeedEvents } from '../../dist/pipeline/feed-page.js';
+import { mapLimit } from '../../dist/pipeline/map-limit.js';
+import { feedUrl } from '../../dist/pipeline/poller.js';
+import type { ServiceName } from '../../dist/sandbox/types.js';
+import { services } from '../../dist/services/index.js';
+import { createUpstreamClient, type UpstreamClient } from '../../dist/upstream/client.js';
 
 export interface PlannedRequest {
   url: string;

@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
-export const CLI_PATH = fileURLToPath(new URL('../cli.js', import.meta.url));
+export const CLI_PATH = fileURLToPath(new URL('../../dist/cli.js', import.meta.url));
 
 export interface SandboxInfo {
   scheduling_base_url: string;

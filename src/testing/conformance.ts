@@ -1,8 +1,9 @@
-// The conformance suite every sink passes (one *.test.ts per sink calls it with a harness).
+// The conformance suite every sink passes: the built-in ones (test/sinks/*.test.ts) and, through
+// `feedsync/testing`, sinks written outside this repository.
 import { afterEach, describe, expect, it } from 'vitest';
-import { NeverError, RetryLaterError } from '../../src/core/errors.js';
-import type { Sink } from '../../src/sinks/sink.js';
-import { makeChange } from './support/make-change.js';
+import { NeverError, RetryLaterError } from '../core/errors.js';
+import type { Sink } from '../sinks/sink.js';
+import { makeChange } from './make-change.js';
 
 export interface SinkHarness {
   /** Opens a new instance of the sink under test (the suite closes it). */

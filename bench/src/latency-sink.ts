@@ -1,8 +1,8 @@
 // A module sink for the live-latency run: records, per delivery, sink-acknowledged time minus the
 // event's timestamp (ms) as "key occurred_ms latency_ms" lines in options.path. Loaded by `feedsync run` from dist.
 import { appendFileSync } from 'node:fs';
-import type { Change } from '../core/change.js';
-import type { Sink, SinkContext } from '../sinks/sink.js';
+import type { Change } from '../../dist/core/change.js';
+import type { Sink, SinkContext } from '../../dist/sinks/sink.js';
 
 export default function createLatencySink(options: Record<string, unknown>, _ctx: SinkContext): Sink {
   if (typeof options.path !== 'string' || options.path === '') {

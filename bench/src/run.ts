@@ -1,4 +1,4 @@
-// `npm run bench`: drain, raw limit, bare BullMQ, live latency and memory, in one run; prints a
+// `npm run bench`: start-up, drain, raw limit, bare BullMQ, live latency and memory, in one run; prints a
 // table and writes test/bench/results/latest.json. Sizes come from env vars so a short run is
 // possible, but the defaults are the issue's (BENCH_BACKLOG=50000, BENCH_MEM_BACKLOGS=10000,100000).
 import { execFileSync } from 'node:child_process';
@@ -6,7 +6,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { cpus, freemem, tmpdir, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { ServiceName } from '../sandbox/types.js';
+import type { ServiceName } from '../../dist/sandbox/types.js';
 import { measureBareBullmq, type BareBullmqResult } from './bare-bullmq.js';
 import { SandboxControl } from './control.js';
 import { runDrain, type DrainMode, type DrainResult } from './drain.js';
@@ -15,6 +15,7 @@ import { benchSource, measureRaw, planRequests, type RawResult, type RequestPlan
 import { startBenchRedis } from './redis.js';
 import { startSandboxProcess } from './procs.js';
 import { evaluate, renderTable, type BenchReport } from './report.js';
+import { measureStartup } from './startup.js';
 
 const SERVICES: ServiceName[] = ['scheduling', 'workflow'];
 const env = (name: string, fallback: number): number => {
@@ -33,6 +34,7 @@ const cfg = {
   bareJobs: env('BENCH_BARE_JOBS', 20_000),
   latencyWindowS: env('BENCH_LATENCY_WINDOW_S', 20),
   drainTimeoutS: env('BENCH_DRAIN_TIMEOUT_S', 240),
+  startupRuns: Math.max(2, env('BENCH_STARTUP_RUNS', 11)),
   liveRate: 20,
   pollIntervalMs: 1000,
 };
@@ -192,6 +194,8 @@ async function main(): Promise<void> {
   const started = Date.now();
   const work = mkdtempSync(join(tmpdir(), 'feedsync-bench-'));
   try {
+    log(`start-up: spawn -> first upstream request of feedsync run, ${cfg.startupRuns} runs`);
+    const startup = await measureStartup(join(work, 'startup'), cfg.startupRuns);
     const drain = await drainPhase(work);
     const latency = await latencyPhase(work);
     const memory = await memoryPhase(work);
@@ -215,6 +219,7 @@ async function main(): Promise<void> {
       drains: drain.drains.map(({ output: _output, ...d }) => d),
       bare_bullmq: drain.bare ?? null,
       latency,
+      startup,
       memory: memory.map(({ output: _output, ...d }) => d),
       errors: drain.errors,
       targets: [],

@@ -1,5 +1,5 @@
-// A private redis-server for the bullmq runs (src/ must not import test/support/redis.ts; this is
-// the small part of it the benchmark needs).
+// A private redis-server for the bullmq runs (the bench is built on its own and cannot import
+// test/support/redis.ts; this is the small part of it the benchmark needs).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { existsSync } from 'node:fs';
 import { createServer, Socket } from 'node:net';
