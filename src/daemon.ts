@@ -1,24 +1,19 @@
-// Composition root: store → queue → sinks → delivery → pollers, plus metrics and health. Each
+// Composition root: sinks → queue driver → delivery → pollers, plus metrics and health. Each
 // acquired piece registers its releaser; stop() releases in reverse order within the budget.
 import type { Logger } from 'pino';
 import type { FeedsyncConfig } from './config/types.js';
-import { ConfigError, errorMessage } from './core/errors.js';
+import { errorMessage } from './core/errors.js';
+import { PipelineEvents } from './core/events.js';
 import { createLiveness, createReadiness } from './observability/health.js';
 import { createMetrics } from './observability/metrics.js';
 import { startHttpServer } from './observability/server.js';
-import { PipelineEvents } from './core/events.js';
 import { runPoller } from './pipeline/poller.js';
-import { createLocalQueue } from './queue/local/index.js';
-
-// BullMQ and ioredis weigh ~30 MB: loaded only when queue.driver is bullmq.
-const loadBullmq = () => import('./queue/bullmq/index.js');
-import type { ChangeQueue, DeliveryRunner, QueueAdmin, SinkRuntime } from './queue/queue.js';
+import { modeDelivers, modePolls, type HeldLock, type QueueDriver } from './queue/driver.js';
+import { openQueueDriver } from './queue/drivers.js';
+import type { QueueAdmin, SinkRuntime } from './queue/queue.js';
 import { Releasers } from './releasers.js';
 import { services } from './services/index.js';
 import { openSink } from './sinks/registry.js';
-import { CursorStore } from './store/cursors.js';
-import { lockOwner, SqliteSourceLocks, type HeldLock } from './store/source-lock.js';
-import { openStore } from './store/store.js';
 import { createUpstreamClient, type UpstreamClient } from './upstream/client.js';
 
 export type DaemonMode = 'run' | 'poll' | 'work';
@@ -43,99 +38,32 @@ export interface Daemon {
 
 export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const { config, logger, mode } = opts;
-  const bullmq = config.queue.driver === 'bullmq';
-  if (!bullmq && mode !== 'run')
-    throw new ConfigError(
-      'queue.driver',
-      `"feedsync ${mode}" needs queue.driver: bullmq (the local queue lives inside one "feedsync run" process)`,
-    );
-  const polls = mode !== 'work';
-  const delivers = mode !== 'poll';
+  const polls = modePolls(mode);
   const events = opts.events ?? new PipelineEvents();
   const release = new Releasers();
   const stopPolling = new AbortController();
   const pollers: Promise<void>[] = [];
-  const sinkSpecs = config.sinks.map((s) => ({ name: s.name, filter: s.filter }));
+  const sinkNames = config.sinks.map((s) => s.name);
 
   try {
-    const db = polls || !bullmq ? openStore(config.store.path) : undefined;
-    if (db) release.add('store', () => db.close());
-    const cursors = db ? new CursorStore(db) : undefined;
-
-    const runtimes: SinkRuntime[] = [];
-    if (delivers) {
-      for (const sinkConfig of config.sinks) {
-        const sink = await openSink(sinkConfig, {
-          name: sinkConfig.name,
-          logger: logger.child({ sink: sinkConfig.name }),
-          configDir: opts.configDir,
-        });
-        runtimes.push({ name: sinkConfig.name, sink });
-        release.add(`sink ${sinkConfig.name}`, () => sink.close());
-      }
-    }
-
-    let producer: ChangeQueue | undefined;
-    let delivery: DeliveryRunner | undefined;
-    let admin: QueueAdmin;
-    const bull = bullmq ? await loadBullmq() : undefined;
-    if (bull) {
-      const {
-        assertRedisCredentials,
-        checkRedisPolicy,
-        createBullmqAdmin,
-        createBullmqDelivery,
-        createBullmqProducer,
-      } = bull;
-      const redisUrl = config.queue.redis_url!;
-      await assertRedisCredentials(redisUrl, logger);
-      await checkRedisPolicy(redisUrl, logger);
-      const bAdmin = createBullmqAdmin({ queue: config.queue, sinkNames: sinkSpecs.map((s) => s.name) });
-      release.add('queue admin', () => bAdmin.close());
-      admin = bAdmin;
-      if (polls) {
-        const p = createBullmqProducer({
-          queue: config.queue,
-          sinks: sinkSpecs,
-          saveCursor: (s, c, seen) => cursors!.save(s, c, seen),
-          logger,
-        });
-        release.add('queue producer', () => p.close());
-        producer = p;
-      }
-      if (delivers) delivery = createBullmqDelivery({ queue: config.queue, sinks: runtimes, events, logger });
-    } else {
-      const local = createLocalQueue({
-        db: db!,
-        cursors: cursors!,
-        queue: config.queue,
-        sinks: sinkSpecs,
-        runtimes,
-        events,
-        logger,
-      });
-      release.add('local queue', () => local.close());
-      producer = local.producer;
-      delivery = local.delivery;
-      admin = local.admin;
-    }
+    const sinks = modeDelivers(mode) ? await openSinks(opts, release) : [];
+    const driver = await openQueueDriver({ config, mode, sinks, events, logger });
+    release.add('queue driver', () => driver.close());
+    const { admin, delivery } = driver;
 
     const metrics = createMetrics({
       events,
       sources: polls ? config.sources.map((s) => s.name) : [],
-      sinks: sinkSpecs.map((s) => s.name),
+      sinks: sinkNames,
       version: opts.version,
       queueCounts: () => admin.counts(),
       logger,
     });
     release.add('metrics', () => metrics.close());
-    const checks: Record<string, () => Promise<boolean> | boolean> = {};
-    if (db) checks.store = () => db.open;
-    if (bull) checks.redis = () => bull.pingRedis(config.queue.redis_url!, logger);
     const readiness = createReadiness({
       events,
       sources: polls ? config.sources.map((s) => ({ name: s.name, pollIntervalMs: s.poll_interval_ms })) : [],
-      checks,
+      checks: driver.checks,
     });
     const liveness = createLiveness();
     release.add('liveness', () => liveness.close?.());
@@ -150,14 +78,13 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     release.add('http server', () => server.close());
 
     if (delivery) {
-      const d = delivery;
-      await d.start();
+      await delivery.start();
       // Registered after the sinks, so released before them: deliveries end, then sinks close.
-      release.add('delivery', () => d.stop(config.shutdown_timeout_ms));
+      release.add('delivery', () => delivery.stop(config.shutdown_timeout_ms));
     }
 
     if (polls) {
-      const locks = bullmq ? undefined : new SqliteSourceLocks(db!);
+      const { producer, sourceState, leases } = pollingParts(driver, mode);
       for (const source of config.sources) {
         const adapter = services[source.service];
         const log = logger.child({ source: source.name });
@@ -174,26 +101,17 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
         });
         release.add(`client ${source.name}`, () => client.close());
         const acquire = (signal: AbortSignal): Promise<HeldLock | undefined> =>
-          locks
-            ? locks.acquire(source.name, signal, (holder) =>
-                log.warn({ holder }, 'source is polled by another process; waiting for its lock'),
-              )
-            : bull!.acquireSourceLock({
-                redisUrl: config.queue.redis_url!,
-                prefix: config.queue.prefix,
-                source: source.name,
-                owner: lockOwner(),
-                signal: stopPolling.signal,
-                logger: log,
-              });
+          leases.acquire(source.name, signal, (holder) =>
+            log.warn({ holder }, 'source is polled by another process; waiting for its lock'),
+          );
         pollers.push(
           pollWhileLocked(acquire, stopPolling.signal, log, (signal) =>
             runPoller({
               source,
               adapter,
               client,
-              queue: producer!,
-              cursors: cursors!,
+              queue: producer,
+              sourceState,
               events,
               logger: log,
               maxBacklog: config.queue.max_backlog,
@@ -214,7 +132,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
         mode,
         driver: config.queue.driver,
         sources: polls ? config.sources.map((s) => s.name) : [],
-        sinks: sinkSpecs.map((s) => s.name),
+        sinks: sinkNames,
         metrics_port: server.port,
       },
       'feedsync started',
@@ -235,6 +153,29 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     await release.close();
     throw err;
   }
+}
+
+/** Open every configured sink, each registering its close. */
+async function openSinks(opts: DaemonOptions, release: Releasers): Promise<SinkRuntime[]> {
+  const runtimes: SinkRuntime[] = [];
+  for (const sinkConfig of opts.config.sinks) {
+    const sink = await openSink(sinkConfig, {
+      name: sinkConfig.name,
+      logger: opts.logger.child({ sink: sinkConfig.name }),
+      configDir: opts.configDir,
+    });
+    runtimes.push({ name: sinkConfig.name, sink });
+    release.add(`sink ${sinkConfig.name}`, () => sink.close());
+  }
+  return runtimes;
+}
+
+/** A driver opened for a polling mode must supply all three; anything else is a driver bug. */
+function pollingParts(driver: QueueDriver, mode: DaemonMode) {
+  const { producer, sourceState, leases } = driver;
+  if (!producer || !sourceState || !leases)
+    throw new Error(`queue driver opened for "${mode}" lacks its producer, source state or leases`);
+  return { producer, sourceState, leases };
 }
 
 /** Hold the source's lock while polling; if the lock is lost, stop and wait to win it back. */

@@ -1,48 +1,30 @@
-import type { FeedsyncConfig } from '../config/types.js';
 import { pino } from 'pino';
-import { LocalAdmin } from '../queue/local/admin.js';
+import type { FeedsyncConfig } from '../config/types.js';
+import { PipelineEvents } from '../core/events.js';
+import type { QueueDriver, SourceLeases, SourceState } from '../queue/driver.js';
+import { openQueueDriver } from '../queue/drivers.js';
 import type { QueueAdmin } from '../queue/queue.js';
-import { CursorStore } from '../store/cursors.js';
-import { SqliteSourceLocks } from '../store/source-lock.js';
-import { openStore, type Db } from '../store/store.js';
 
-/** What the operations commands need, for either queue driver, from outside the daemon. */
+/** What the operations commands need, for any queue driver, from outside the daemon. */
 export interface OpsHandles {
-  db: Db;
-  cursors: CursorStore;
+  sourceState: SourceState;
+  leases: SourceLeases;
   admin: QueueAdmin;
-  /** Owner of a live poller lock on the source, or null. */
-  lockHolder(source: string): Promise<string | null>;
   close(): Promise<void>;
 }
 
 export async function openOps(config: FeedsyncConfig): Promise<OpsHandles> {
-  const db = openStore(config.store.path);
-  const sinkNames = config.sinks.map((s) => s.name);
-  if (config.queue.driver === 'bullmq') {
-    const { assertRedisCredentials, createBullmqAdmin, readSourceLockOwner } =
-      await import('../queue/bullmq/index.js');
-    await assertRedisCredentials(config.queue.redis_url!, pino({ level: 'silent' }));
-    const admin = createBullmqAdmin({ queue: config.queue, sinkNames });
-    return {
-      db,
-      cursors: new CursorStore(db),
-      admin,
-      lockHolder: (source) => readSourceLockOwner(config.queue.redis_url!, config.queue.prefix, source),
-      close: async () => {
-        await admin.close();
-        db.close();
-      },
-    };
+  const driver: QueueDriver = await openQueueDriver({
+    config,
+    mode: 'ops',
+    sinks: [],
+    events: new PipelineEvents(),
+    logger: pino({ level: 'silent' }),
+  });
+  const { sourceState, leases, admin } = driver;
+  if (!sourceState || !leases) {
+    await driver.close();
+    throw new Error(`queue driver ${config.queue.driver} offers no source state for the ops commands`);
   }
-  const locks = new SqliteSourceLocks(db);
-  return {
-    db,
-    cursors: new CursorStore(db),
-    admin: new LocalAdmin(db, sinkNames),
-    lockHolder: async (source) => locks.holder(source),
-    close: async () => {
-      db.close();
-    },
-  };
+  return { sourceState, leases, admin, close: () => driver.close() };
 }

@@ -11,7 +11,7 @@ export async function statusCommand(
 ): Promise<void> {
   const ops = await openOps(config);
   try {
-    const sources = ops.cursors.status(config.sources.map((s) => s.name));
+    const sources = await ops.sourceState.status(config.sources.map((s) => s.name));
     const sinks = await ops.admin.counts();
     const report = {
       sources: sources.map((s) => ({

@@ -36,7 +36,7 @@ export class UpstreamTransportError extends FeedsyncError {
   }
 }
 
-/** A non-2xx answer other than 404 (404 is a value, not an error). 5xx/429/408 are retryable. */
+/** A non-2xx answer other than 404 (404 is a value, not an error); see isRetryableStatus. */
 export class UpstreamHttpError extends FeedsyncError {
   override name = 'UpstreamHttpError';
   constructor(
@@ -46,10 +46,7 @@ export class UpstreamHttpError extends FeedsyncError {
     /** From Retry-After, when the server sent one. */
     readonly retryAfterMs?: number,
   ) {
-    super(
-      `HTTP ${status} on GET ${url}${detail ? `: ${detail}` : ''}`,
-      status >= 500 || status === 429 || status === 408,
-    );
+    super(`HTTP ${status} on GET ${url}${detail ? `: ${detail}` : ''}`, isRetryableStatus(status));
   }
 }
 
@@ -95,6 +92,23 @@ export class NeverError extends FeedsyncError {
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, false, options);
   }
+}
+
+/**
+ * HTTP statuses worth repeating, for upstream reads and webhook deliveries alike: server errors,
+ * 429 Too Many Requests and 408 Request Timeout. Anything else will answer the same next time.
+ */
+export function isRetryableStatus(status: number): boolean {
+  return status >= 500 || status === 429 || status === 408;
+}
+
+const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT']);
+
+/** An HTTP request that ran out of time: undici's own timeouts, or a signal aborted with a TimeoutError. */
+export function isTimeoutError(err: unknown): boolean {
+  if (typeof err !== 'object' || err === null) return false;
+  const { code, name } = err as { code?: unknown; name?: unknown };
+  return (typeof code === 'string' && TIMEOUT_CODES.has(code)) || name === 'TimeoutError';
 }
 
 /** Message of anything thrown, for logs; never includes stack traces of non-errors. */

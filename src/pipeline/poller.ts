@@ -2,9 +2,9 @@ import type { Logger } from 'pino';
 import { backoffDelay, sleep } from '../backoff.js';
 import type { SourceConfig } from '../config/types.js';
 import { errorMessage, UpstreamAuthError } from '../core/errors.js';
+import type { SourceState } from '../queue/driver.js';
 import type { ChangeQueue } from '../queue/queue.js';
 import type { ServiceAdapter } from '../services/adapter.js';
-import type { CursorStore } from '../store/cursors.js';
 import type { UpstreamClient } from '../upstream/client.js';
 import { buildChange, type FeedEvent } from './change.js';
 import { nextCursor, observedDisorder, PAGE_SIZE } from './cursor.js';
@@ -18,7 +18,8 @@ export interface PollerDeps {
   adapter: ServiceAdapter;
   client: UpstreamClient;
   queue: ChangeQueue;
-  cursors: CursorStore;
+  /** The stored cursor and poll status (the driver's; commitPage moves the cursor). */
+  sourceState: SourceState;
   events: PipelineEvents;
   logger: Logger;
   /** Pause polling while a sink has more undelivered changes than this. */
@@ -36,7 +37,7 @@ const ERROR_RETRY_MAX_MS = 60_000;
  */
 export async function runPoller(deps: PollerDeps): Promise<void> {
   const { source, signal, logger } = deps;
-  const state: SourceState = {
+  const state: PageState = {
     unknownTypes: new Set<string>(),
     gone: new GoneSubjects(),
     subjects: new Limiter(source.subject_concurrency),
@@ -69,7 +70,7 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
         pageSize: result.pageSize,
         behind: result.full,
       });
-      deps.cursors.recordPoll(source.name, {
+      await deps.sourceState.recordPoll(source.name, {
         ok: true,
         behind: result.full,
         lastEventAt: result.lastEventAt,
@@ -89,7 +90,7 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
         behind: false,
         error: err,
       });
-      deps.cursors.recordPoll(source.name, { ok: false, behind: false, error: errorMessage(err) });
+      await deps.sourceState.recordPoll(source.name, { ok: false, behind: false, error: errorMessage(err) });
       // Wrong credentials: at most once per poll interval, backing off to minutes; never a tight loop.
       const delay =
         err instanceof UpstreamAuthError
@@ -123,7 +124,7 @@ interface Position {
 }
 
 /** What the pages of one source share. */
-interface SourceState {
+interface PageState {
   /** Event types already warned about. */
   unknownTypes: Set<string>;
   gone: GoneSubjects;
@@ -163,7 +164,7 @@ interface PollResult {
 
 async function pollOnce(
   deps: PollerDeps,
-  state: SourceState,
+  state: PageState,
   position: Position,
   ahead: ReadAhead | undefined,
 ): Promise<PollResult> {
@@ -210,7 +211,7 @@ async function pollOnce(
   }
 }
 
-function readAhead(deps: PollerDeps, state: SourceState, position: Position): ReadAhead {
+function readAhead(deps: PollerDeps, state: PageState, position: Position): ReadAhead {
   const controller = new AbortController();
   const url = feedUrl(deps.source, deps.adapter, position.cursor, deps.source.event_types);
   const page = readPage(deps, state, position, url, AbortSignal.any([deps.signal, controller.signal]));
@@ -222,7 +223,7 @@ function readAhead(deps: PollerDeps, state: SourceState, position: Position): Re
 /** Read the page at `url` (after `position`), pick its fresh events and start their expansion. */
 async function readPage(
   deps: PollerDeps,
-  state: SourceState,
+  state: PageState,
   position: Position,
   url: string,
   signal: AbortSignal,
@@ -306,14 +307,14 @@ export function feedUrl(
  */
 async function startPosition(deps: PollerDeps): Promise<{ cursor: number; seenAbove: number[] }> {
   const { source } = deps;
-  const stored = deps.cursors.get(source.name);
+  const stored = await deps.sourceState.get(source.name);
   if (stored) return { cursor: stored.eventId, seenAbove: stored.seenAbove };
   if (typeof source.start_from === 'number') return { cursor: source.start_from, seenAbove: [] };
   if (source.start_from === 'earliest') return { cursor: 0, seenAbove: [] };
 
   const newest = await findLatestEventId(deps.client, source.base_url, deps.signal);
   // Persist it now so a restart before the first change keeps "latest" meaning start-up time.
-  deps.cursors.save(source.name, newest, []);
+  await deps.sourceState.save(source.name, newest, []);
   deps.logger.info({ cursor: newest }, 'start_from latest: starting after the newest event');
   return { cursor: newest, seenAbove: [] };
 }

@@ -3,7 +3,14 @@ import { createHmac } from 'node:crypto';
 import { Pool } from 'undici';
 import { parseRetryAfter } from '../backoff.js';
 import type { WebhookSinkConfig } from '../config/types.js';
-import { ConfigError, errorMessage, NeverError, RetryLaterError } from '../core/errors.js';
+import {
+  ConfigError,
+  errorMessage,
+  isRetryableStatus,
+  isTimeoutError,
+  NeverError,
+  RetryLaterError,
+} from '../core/errors.js';
 import type { Change } from '../core/change.js';
 import type { Sink, SinkContext } from './sink.js';
 import { feedsyncVersion } from './version.js';
@@ -81,12 +88,12 @@ class WebhookSink implements Sink {
       snippet = await readSnippet(res.body, status >= 200 && status < 300 ? 0 : SNIPPET_BYTES);
     } catch (err) {
       const detail =
-        signal.aborted || isTimeout(err) ? `timed out after ${this.timeoutMs} ms` : errorMessage(err);
+        signal.aborted || isTimeoutError(err) ? `timed out after ${this.timeoutMs} ms` : errorMessage(err);
       throw new RetryLaterError(`${where}: ${detail}`, undefined, { cause: err });
     }
     if (status >= 200 && status < 300) return;
     const detail = `HTTP ${status}${snippet ? `: ${snippet}` : ''}`;
-    if (status === 408 || status === 429 || status >= 500) {
+    if (isRetryableStatus(status)) {
       const retryAfterMs = parseRetryAfter(retryAfter, RETRY_AFTER_CAP_MS);
       this.ctx.logger.debug(
         { sink: this.name, key: change.key, status, retryAfterMs },
@@ -106,17 +113,6 @@ class WebhookSink implements Sink {
     });
     return this.closing;
   }
-}
-
-function isTimeout(err: unknown): boolean {
-  const code = (err as { code?: unknown; name?: unknown } | null)?.code;
-  const name = (err as { name?: unknown } | null)?.name;
-  return (
-    code === 'UND_ERR_HEADERS_TIMEOUT' ||
-    code === 'UND_ERR_BODY_TIMEOUT' ||
-    code === 'UND_ERR_CONNECT_TIMEOUT' ||
-    name === 'TimeoutError'
-  );
 }
 
 /** Reads the whole body, keeping at most `keep` bytes of it as text for error messages. */

@@ -10,6 +10,7 @@ import {
   UpstreamHttpError,
   UpstreamTransportError,
   errorMessage,
+  isRetryableStatus,
 } from '../core/errors.js';
 import type { PipelineEvents } from '../core/events.js';
 import { decodeBody, type LinkRelMapper } from './decode.js';
@@ -181,7 +182,7 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
       const resource = decodeBody(res.body, contentType, t.display, opts.format, { linkRel: opts.linkRel });
       return { status: 200, url: t.display, resource };
     }
-    const retryable = res.status >= 500 || res.status === 429 || res.status === 408;
+    const retryable = isRetryableStatus(res.status);
     const retryAfterMs = retryable
       ? parseRetryAfter(res.headers['retry-after'], retry.retryAfterCapMs)
       : undefined;

@@ -2,7 +2,7 @@
 // out as an UpstreamTransportError built from the error's code and message only: undici errors
 // are never passed on as `cause`, so nothing of the request (its Authorization header) can leak.
 import { Pool } from 'undici';
-import { UpstreamTransportError } from '../core/errors.js';
+import { isTimeoutError, UpstreamTransportError } from '../core/errors.js';
 
 export interface RawResponse {
   status: number;
@@ -24,8 +24,6 @@ export interface SendOptions {
 export function abortReason(signal: AbortSignal): unknown {
   return signal.reason ?? new DOMException('This operation was aborted', 'AbortError');
 }
-
-const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT']);
 
 export async function send(pool: Pool, url: string, opts: SendOptions): Promise<RawResponse> {
   if (opts.signal?.aborted) throw abortReason(opts.signal);
@@ -52,8 +50,7 @@ export async function send(pool: Pool, url: string, opts: SendOptions): Promise<
     return { status: res.statusCode, headers: res.headers, body };
   } catch (err) {
     if (opts.signal?.aborted) throw abortReason(opts.signal);
-    const code = (err as { code?: unknown }).code;
-    if (timedOut || (typeof code === 'string' && TIMEOUT_CODES.has(code))) {
+    if (timedOut || isTimeoutError(err)) {
       throw new UpstreamTransportError(url, 'timeout', `no complete response within ${opts.timeoutMs} ms`);
     }
     throw new UpstreamTransportError(url, 'network', describe(err));

@@ -10,6 +10,7 @@ import { PipelineEvents } from '../../src/core/events.js';
 import { runPoller } from '../../src/pipeline/poller.js';
 import type { ChangeQueue, PageCommit } from '../../src/queue/queue.js';
 import { services } from '../../src/services/index.js';
+import { sqliteSourceState } from '../../src/queue/sqlite-source-state.js';
 import { CursorStore } from '../../src/store/cursors.js';
 import { openStore } from '../../src/store/store.js';
 import type { FetchResult, UpstreamClient } from '../../src/upstream/client.js';
@@ -111,7 +112,7 @@ function start(client: ScriptedUpstream, over: Partial<SourceConfig> = {}, maxBa
     adapter: services.workflow,
     client,
     queue,
-    cursors,
+    sourceState: sqliteSourceState(cursors),
     events,
     logger: pino({ level: 'silent' }),
     maxBacklog,

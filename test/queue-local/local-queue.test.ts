@@ -1,30 +1,21 @@
 import { join } from 'node:path';
 import pino from 'pino';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, onTestFinished } from 'vitest';
 import type { QueueConfig } from '../../src/config/types.js';
 import { NeverError, RetryLaterError } from '../../src/core/errors.js';
 import type { Change } from '../../src/core/change.js';
 import { PipelineEvents } from '../../src/core/events.js';
 import { NEXT_RETRY_DUE } from '../../src/queue/local/delivery.js';
-import { createLocalQueue } from '../../src/queue/local/index.js';
-import type { Sink } from '../../src/sinks/sink.js';
+import type { QueueDriver } from '../../src/queue/driver.js';
+import { Backlog } from '../../src/queue/local/backlog.js';
+import { LocalProducer } from '../../src/queue/local/producer.js';
 import { CursorStore } from '../../src/store/cursors.js';
-import { openStore, type Db } from '../../src/store/store.js';
+import { createLocalDriver } from '../../src/queue/local/index.js';
+import type { Sink } from '../../src/sinks/sink.js';
+import { openStore } from '../../src/store/store.js';
+import { driverConfig } from '../queue/support.js';
 import { tempDir, waitFor } from '../support/harness.js';
 
-const queueConfig = (over: Partial<QueueConfig> = {}): QueueConfig => ({
-  driver: 'local',
-  prefix: 'feedsync',
-  attempts: 4,
-  backoff_ms: 5,
-  max_backoff_ms: 20,
-  concurrency: 4,
-  max_backlog: 100_000,
-  retain_completed_ms: 1000,
-  retain_completed_count: 10,
-  shards: 1,
-  ...over,
-});
 const noFilter = { sources: [], services: [], event_types: [], resource_types: [] };
 
 let nextId = 1;
@@ -80,35 +71,44 @@ class RecordingSink implements Sink {
   async close() {}
 }
 
-const opened: { db: Db; close: () => void; stop: () => Promise<void> }[] = [];
+const opened: QueueDriver[] = [];
 afterEach(async () => {
-  for (const o of opened.splice(0)) {
-    await o.stop();
-    o.close();
-    o.db.close();
+  for (const d of opened.splice(0)) {
+    await d.delivery?.stop(2000);
+    await d.close();
   }
 });
 
-function setup(sinks: Record<string, Sink>, over: Partial<QueueConfig> = {}) {
-  const db = openStore(join(tempDir(), 'store.db'));
-  const cursors = new CursorStore(db);
+async function setup(sinks: Record<string, Sink>, over: Partial<QueueConfig> = {}) {
+  const dir = tempDir();
+  const config = driverConfig(dir, Object.keys(sinks), over);
   const events = new PipelineEvents();
-  const q = createLocalQueue({
-    db,
-    cursors,
-    queue: queueConfig(over),
+  const driver = await createLocalDriver({
+    config,
+    mode: 'run',
     events,
     logger: pino({ level: 'silent' }),
-    sinks: Object.keys(sinks).map((name) => ({ name, filter: noFilter })),
-    runtimes: Object.entries(sinks).map(([name, sink]) => ({ name, sink })),
+    sinks: Object.entries(sinks).map(([name, sink]) => ({ name, sink })),
   });
-  opened.push({ db, close: q.close, stop: () => q.delivery.stop(2000) });
-  return { db, cursors, events, ...q };
+  opened.push(driver);
+  // A second connection to the same store, for what only SQL can see.
+  const db = openStore(config.store.path);
+  onTestFinished(() => {
+    db.close();
+  });
+  return {
+    db,
+    events,
+    producer: driver.producer!,
+    delivery: driver.delivery!,
+    admin: driver.admin,
+    sourceState: driver.sourceState!,
+  };
 }
 
 describe('local queue', () => {
-  it('finds the next retry through the partial index, not by scanning the backlog', () => {
-    const { db } = setup({ s: new RecordingSink() });
+  it('finds the next retry through the partial index, not by scanning the backlog', async () => {
+    const { db } = await setup({ s: new RecordingSink() });
     const plan = db.prepare(`EXPLAIN QUERY PLAN ${NEXT_RETRY_DUE}`).all('s', Date.now()) as {
       detail: string;
     }[];
@@ -122,7 +122,7 @@ describe('local queue', () => {
         (c) => (Math.random() < 0.2 ? new RetryLaterError(`flaky ${c.key}`) : undefined),
         batches,
       );
-      const q = setup({ flaky }, { attempts: 50 });
+      const q = await setup({ flaky }, { attempts: 50 });
       await q.delivery.start();
       const changes = Array.from({ length: 600 }, (_, i) => change(i % 20));
       for (let i = 0; i < changes.length; i += 50)
@@ -149,7 +149,7 @@ describe('local queue', () => {
       healed ? undefined : c.event_id % 2 ? new NeverError('bad request') : new RetryLaterError('down'),
     );
     const fine = new RecordingSink();
-    const q = setup({ broken, fine }, { attempts: 3 });
+    const q = await setup({ broken, fine }, { attempts: 3 });
     const attempts = new Map<string, number>();
     q.events.on(
       'delivery:finished',
@@ -172,22 +172,33 @@ describe('local queue', () => {
   });
 
   it('writes a page and its cursor in one transaction: a failed insert moves nothing', async () => {
-    const q = setup({ s: new RecordingSink() });
+    const db = openStore(join(tempDir(), 'store.db'));
+    onTestFinished(() => {
+      db.close();
+    });
+    const cursors = new CursorStore(db);
+    const producer = new LocalProducer(
+      db,
+      cursors,
+      [{ name: 's', filter: noFilter }],
+      new Backlog(db, ['s']),
+      () => undefined,
+    );
     const page = Array.from({ length: 5 }, (_, i) => change(200 + i));
-    q.db.exec(
+    db.exec(
       `CREATE TEMP TRIGGER boom BEFORE INSERT ON deliveries WHEN NEW.key = '${page[3]!.key}' BEGIN SELECT RAISE(ABORT, 'disk says no'); END`,
     );
     await expect(
-      q.producer.commitPage({ source: 'src', changes: page, cursor: 99, seenAbove: [] }),
+      producer.commitPage({ source: 'src', changes: page, cursor: 99, seenAbove: [] }),
     ).rejects.toThrow(/disk says no/);
-    expect(q.cursors.get('src')).toBeUndefined();
-    expect((q.db.prepare('SELECT COUNT(*) AS n FROM deliveries').get() as { n: number }).n).toBe(0);
-    q.db.exec('DROP TRIGGER boom');
-    expect(
-      await q.producer.commitPage({ source: 'src', changes: page, cursor: 99, seenAbove: [98] }),
-    ).toEqual({ s: 5 });
-    expect(q.cursors.get('src')).toEqual({ eventId: 99, seenAbove: [98] });
-    expect(await q.producer.maxBacklog()).toBe(5);
+    expect(cursors.get('src')).toBeUndefined();
+    expect((db.prepare('SELECT COUNT(*) AS n FROM deliveries').get() as { n: number }).n).toBe(0);
+    db.exec('DROP TRIGGER boom');
+    expect(await producer.commitPage({ source: 'src', changes: page, cursor: 99, seenAbove: [98] })).toEqual({
+      s: 5,
+    });
+    expect(cursors.get('src')).toEqual({ eventId: 99, seenAbove: [98] });
+    expect(await producer.maxBacklog()).toBe(5);
   });
 
   it('with concurrency 1 delivers in strict queue order, a retrying change holding back the rest', async () => {
@@ -196,7 +207,7 @@ describe('local queue', () => {
       (c) => (c.event_id === first + 2 && failures-- > 0 ? new RetryLaterError('later') : undefined),
       true,
     );
-    const q = setup({ sink }, { concurrency: 1 });
+    const q = await setup({ sink }, { concurrency: 1 });
     const changes = Array.from({ length: 30 }, (_, i) => change(300 + (i % 7)));
     const first = changes[0]!.event_id;
     await q.producer.commitPage({ source: 'src', changes, cursor: 30, seenAbove: [] });
@@ -210,7 +221,7 @@ describe('local queue throttling', () => {
   it('honours a Retry-After without spending attempts', async () => {
     let throttles = 4;
     const sink = new RecordingSink(() => (throttles-- > 0 ? new RetryLaterError('busy', 50) : undefined));
-    const q = setup({ sink }, { attempts: 2 });
+    const q = await setup({ sink }, { attempts: 2 });
     const dead: string[] = [];
     q.events.on('delivery:finished', (e) => e.outcome === 'dead' && dead.push(e.key));
     await q.delivery.start();

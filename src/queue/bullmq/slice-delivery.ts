@@ -7,7 +7,8 @@ import type { QueueConfig } from '../../config/types.js';
 import { errorMessage } from '../../core/errors.js';
 import type { Change } from '../../core/change.js';
 import type { PipelineEvents } from '../../core/events.js';
-import { afterRetryableFailure, classifyFailure, retryDelayMs } from '../delivery-policy.js';
+import { decideAfterFailure, retryDelayMs } from '../delivery-policy.js';
+import { reportDelivered, reportFailed } from '../delivery-report.js';
 import type { SinkRuntime } from '../queue.js';
 import { progressOf, type SliceProgress } from './attempts.js';
 import { buryChanges, type DeadChange } from './dead-letters.js';
@@ -80,7 +81,7 @@ async function deliverBatch(
     return false;
   }
   const durationSeconds = (performance.now() - started) / 1000;
-  for (const change of batch) emitOk(ctx, change, durationSeconds);
+  reportDelivered(ctx.events, ctx.runtime.name, batch, durationSeconds);
   return true;
 }
 
@@ -90,7 +91,7 @@ async function deliverOne(
   at: Position,
   change: Change,
 ): Promise<void> {
-  const { runtime, config, logger } = ctx;
+  const { runtime, config } = ctx;
   const key = change.key;
   const started = performance.now();
   const seconds = (): number => (performance.now() - started) / 1000;
@@ -98,44 +99,22 @@ async function deliverOne(
     await raceHandBack(runtime.sink.deliver(change), ctx.handBack);
   } catch (err) {
     if (err instanceof HandedBack) await handOver(ctx, job, at);
-    const failure = classifyFailure(err);
-    const next =
-      failure.kind === 'never'
-        ? { attempts: at.attempts + 1, delayMs: 0 }
-        : afterRetryableFailure(failure, at.attempts, config);
-    if (failure.kind === 'never' || next.attempts >= config.attempts) {
-      const why =
-        failure.kind === 'never' ? 'sink refused the change' : `gave up after ${next.attempts} attempts`;
+    const decision = decideAfterFailure(err, at.attempts, config);
+    const report = { ...ctx, sink: runtime.name };
+    if (decision.outcome === 'dead') {
       await deadLetter(ctx, job, at, {
         change,
-        error: `sink ${runtime.name}: ${why}: ${errorMessage(err)}`,
-        attempts: next.attempts,
+        error: `sink ${runtime.name}: ${decision.reason}: ${errorMessage(err)}`,
+        attempts: decision.attempts,
         failedAt: Date.now(),
       });
-      ctx.events.emit('delivery:finished', {
-        sink: runtime.name,
-        outcome: 'dead',
-        durationSeconds: seconds(),
-        key,
-        error: err,
-      });
-      logger.warn({ key, attempts: next.attempts, err: errorMessage(err) }, `delivery dead-lettered: ${why}`);
+      reportFailed(report, key, decision, err, seconds());
       return;
     }
-    ctx.events.emit('delivery:finished', {
-      sink: runtime.name,
-      outcome: 'retry',
-      durationSeconds: seconds(),
-      key,
-      error: err,
-    });
-    logger.info(
-      { key, attempts: next.attempts, delayMs: next.delayMs, err: errorMessage(err) },
-      'delivery failed; will retry',
-    );
-    await waitAtHead(ctx, job, { done: at.done, attempts: next.attempts }, next.delayMs);
+    reportFailed(report, key, decision, err, seconds());
+    await waitAtHead(ctx, job, { done: at.done, attempts: decision.attempts }, decision.delayMs);
   }
-  emitOk(ctx, change, seconds());
+  reportDelivered(ctx.events, runtime.name, [change], seconds());
   at.done++;
   at.attempts = 0;
 }
@@ -207,15 +186,4 @@ async function handOver(ctx: SliceDeliveryContext, job: Job<ChangeSlice>, at: Po
     await settledWithin(saved, HAND_OVER_MS);
   }
   throw new RateLimitError();
-}
-
-function emitOk(ctx: SliceDeliveryContext, change: Change, durationSeconds: number): void {
-  const occurredAt = Date.parse(change.occurred_at);
-  ctx.events.emit('delivery:finished', {
-    sink: ctx.runtime.name,
-    outcome: 'ok',
-    durationSeconds,
-    endToEndSeconds: Number.isFinite(occurredAt) ? Math.max(0, (Date.now() - occurredAt) / 1000) : undefined,
-    key: change.key,
-  });
 }

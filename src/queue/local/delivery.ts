@@ -4,7 +4,8 @@ import { errorMessage } from '../../core/errors.js';
 import type { Change } from '../../core/change.js';
 import type { PipelineEvents } from '../../core/events.js';
 import type { Db } from '../../store/store.js';
-import { afterRetryableFailure, classifyFailure } from '../delivery-policy.js';
+import { decideAfterFailure } from '../delivery-policy.js';
+import { reportDelivered, reportFailed } from '../delivery-report.js';
 import type { DeliveryRunner, SinkRuntime } from '../queue.js';
 import type { Backlog } from './backlog.js';
 
@@ -181,16 +182,7 @@ export class LocalDelivery implements DeliveryRunner {
     )
       return true;
     this.backlog.add(runtime.name, -rows.length);
-    const now = Date.now();
-    const durationSeconds = (performance.now() - started) / 1000;
-    for (const [i, change] of changes.entries())
-      this.events.emit('delivery:finished', {
-        sink: runtime.name,
-        outcome: 'ok',
-        durationSeconds,
-        endToEndSeconds: (now - Date.parse(change.occurred_at)) / 1000,
-        key: rows[i]!.key,
-      });
+    reportDelivered(this.events, runtime.name, changes, (performance.now() - started) / 1000);
     return false;
   }
 
@@ -209,40 +201,19 @@ export class LocalDelivery implements DeliveryRunner {
   }
 
   private failed(runtime: SinkRuntime, rows: Row[], err: unknown, durationSeconds: number): void {
-    const failure = classifyFailure(err);
     const message = errorMessage(err);
     const now = Date.now();
+    const report = { events: this.events, logger: this.logger, sink: runtime.name };
     let dead = 0;
     this.db.transaction(() => {
       for (const row of rows) {
-        const next =
-          failure.kind === 'never'
-            ? { attempts: row.attempts + 1, delayMs: 0 }
-            : afterRetryableFailure(failure, row.attempts, this.queue);
-        const attempts = next.attempts;
-        if (failure.kind === 'never' || attempts >= this.queue.attempts) {
-          this.bury.run(runtime.name, row.key, row.body, attempts, message, now);
+        const decision = decideAfterFailure(err, row.attempts, this.queue);
+        if (decision.outcome === 'dead') {
+          this.bury.run(runtime.name, row.key, row.body, decision.attempts, message, now);
           this.ack.run(row.id);
           dead++;
-          this.logger.error(
-            { sink: runtime.name, key: row.key, attempts, err: message },
-            'delivery dead-lettered',
-          );
-        } else {
-          const delay = next.delayMs;
-          this.retry.run(attempts, now + delay, message, row.id);
-          this.logger.warn(
-            { sink: runtime.name, key: row.key, attempts, retry_in_ms: Math.round(delay), err: message },
-            'delivery failed; will retry',
-          );
-        }
-        this.events.emit('delivery:finished', {
-          sink: runtime.name,
-          outcome: failure.kind === 'never' || attempts >= this.queue.attempts ? 'dead' : 'retry',
-          durationSeconds,
-          key: row.key,
-          error: err,
-        });
+        } else this.retry.run(decision.attempts, now + decision.delayMs, message, row.id);
+        reportFailed(report, row.key, decision, err, durationSeconds);
       }
     })();
     this.backlog.add(runtime.name, -dead);

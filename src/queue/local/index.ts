@@ -1,9 +1,11 @@
-import type { Logger } from 'pino';
-import type { QueueConfig, SinkFilter } from '../../config/types.js';
-import type { PipelineEvents } from '../../core/events.js';
-import type { CursorStore } from '../../store/cursors.js';
-import type { Db } from '../../store/store.js';
-import type { SinkRuntime } from '../queue.js';
+// The embedded queue driver: producer, delivery, admin, source state and leases all share one
+// SQLite store, so it lives inside one `feedsync run` process (plus the ops commands beside it).
+import { ConfigError } from '../../core/errors.js';
+import { CursorStore } from '../../store/cursors.js';
+import { SqliteSourceLocks } from '../../store/source-lock.js';
+import { openStore } from '../../store/store.js';
+import type { DriverFactory, QueueDriver } from '../driver.js';
+import { sqliteSourceLeases, sqliteSourceState } from '../sqlite-source-state.js';
 import { LocalAdmin } from './admin.js';
 import { Backlog } from './backlog.js';
 import { LocalDelivery } from './delivery.js';
@@ -11,27 +13,35 @@ import { LocalProducer } from './producer.js';
 
 const RECOUNT_MS = 10_000;
 
-/** The embedded queue in one process: producer, delivery and admin sharing the store. */
-export function createLocalQueue(opts: {
-  db: Db;
-  cursors: CursorStore;
-  queue: QueueConfig;
-  sinks: { name: string; filter: SinkFilter }[];
-  runtimes: SinkRuntime[];
-  events: PipelineEvents;
-  logger: Logger;
-}) {
-  const names = opts.sinks.map((s) => s.name);
-  const backlog = new Backlog(opts.db, names);
-  const delivery = new LocalDelivery(opts.db, opts.runtimes, opts.queue, opts.events, opts.logger, backlog);
-  const producer = new LocalProducer(opts.db, opts.cursors, opts.sinks, backlog, () => delivery.wake());
-  const admin = new LocalAdmin(opts.db, names, () => delivery.inFlightCounts());
-  const recount = setInterval(() => backlog.recount(), RECOUNT_MS);
-  recount.unref();
-  return {
-    producer,
-    delivery,
-    admin,
-    close: () => clearInterval(recount),
+export const createLocalDriver: DriverFactory = async ({ config, mode, sinks, events, logger }) => {
+  if (mode === 'poll' || mode === 'work')
+    throw new ConfigError(
+      'queue.driver',
+      `"feedsync ${mode}" needs queue.driver: bullmq (the local queue lives inside one "feedsync run" process)`,
+    );
+  const db = openStore(config.store.path);
+  const cursors = new CursorStore(db);
+  const names = config.sinks.map((s) => s.name);
+  const parts: QueueDriver = {
+    admin: new LocalAdmin(db, names),
+    sourceState: sqliteSourceState(cursors),
+    leases: sqliteSourceLeases(new SqliteSourceLocks(db)),
+    checks: { store: () => db.open },
+    close: async () => {
+      clearInterval(recount);
+      if (db.open) db.close();
+    },
   };
-}
+  let recount: NodeJS.Timeout | undefined;
+  if (mode === 'run') {
+    const backlog = new Backlog(db, names);
+    const delivery = new LocalDelivery(db, sinks, config.queue, events, logger, backlog);
+    const filters = config.sinks.map((s) => ({ name: s.name, filter: s.filter }));
+    parts.producer = new LocalProducer(db, cursors, filters, backlog, () => delivery.wake());
+    parts.delivery = delivery;
+    parts.admin = new LocalAdmin(db, names, () => delivery.inFlightCounts());
+    recount = setInterval(() => backlog.recount(), RECOUNT_MS);
+    recount.unref();
+  }
+  return parts;
+};
