@@ -20,6 +20,11 @@ export const NEXT_RETRY_DUE =
 const ANY_RETRYING = 'SELECT 1 AS y FROM deliveries WHERE sink = ? AND available_at > 0 LIMIT 1';
 /** Changes per call to a sink that takes batches, and rows fetched per look at the queue. */
 const BATCH = 200;
+/**
+ * Store mode looks for eligible rows among this many of the sink's oldest: a retrying change holds
+ * back only its own subject, unless that many older rows all wait behind changes in flight or retrying.
+ */
+const STORE_SCAN = 5000;
 /** Rows of a sink kept in memory at most (in memory mode); the rest wait in the store. */
 const MIN_WINDOW = 1000;
 
@@ -47,6 +52,8 @@ interface Lane {
   buffer: Row[];
   failedSinceFetch: boolean;
 }
+
+type Head = Pick<Row, 'id' | 'subject_key' | 'available_at'>;
 
 /**
  * Delivers the embedded queue to the sinks: one loop per sink, `concurrency` deliveries in flight.
@@ -146,12 +153,12 @@ export class LocalDelivery implements DeliveryRunner {
   private async loop(lane: Lane): Promise<void> {
     const sink = lane.runtime.name;
     const strict = this.queue.concurrency === 1;
-    const heads = this.db.prepare(
-      `SELECT id, key, subject_key, body, attempts, available_at FROM deliveries d
-       WHERE sink = @sink AND available_at <= @now
-         AND id NOT IN (SELECT value FROM json_each(@inflight)) AND NOT EXISTS (
-         SELECT 1 FROM deliveries e WHERE e.sink = d.sink AND e.subject_key = d.subject_key AND e.id < d.id)
-       ORDER BY id LIMIT @limit`,
+    const oldest = this.db.prepare(
+      'SELECT id, subject_key, available_at FROM deliveries WHERE sink = ? ORDER BY id LIMIT ?',
+    );
+    const byIds = this.db.prepare(
+      `SELECT id, key, subject_key, body, attempts, available_at FROM deliveries
+       WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id`,
     );
     const queueHead = this.db.prepare(
       'SELECT id, key, subject_key, body, attempts, available_at FROM deliveries WHERE sink = ? ORDER BY id LIMIT ?',
@@ -200,14 +207,11 @@ export class LocalDelivery implements DeliveryRunner {
                 ? lane.inflight.size === 0
                   ? strictPrefix(queueHead.all(sink, perCall) as Row[], now)
                   : []
-                : // Rows in flight are left out in SQL: while the sink keeps up, every look at the
-                  // queue would otherwise read the bodies of up to `concurrency` batches again.
-                  (heads.all({
-                    sink,
-                    now,
-                    limit: BATCH * this.queue.concurrency,
-                    inflight: JSON.stringify([...lane.inflight.keys()]),
-                  }) as Row[]);
+                : (byIds.all(
+                    JSON.stringify(
+                      this.storeHeads(lane, oldest.iterate(sink, STORE_SCAN) as Iterable<Head>, now),
+                    ),
+                  ) as Row[]);
             }
             while (lane.buffer.length && lane.calls < this.queue.concurrency)
               this.dispatch(lane, lane.buffer.splice(0, perCall));
@@ -219,6 +223,25 @@ export class LocalDelivery implements DeliveryRunner {
       // Woken early by new rows (producer) or by a delivery finishing.
       await this.idle(this.stopping ? 50 : wait);
     }
+  }
+
+  /**
+   * Store mode: the ids of the oldest row of each subject that is due and whose subject is not in
+   * flight, among the sink's STORE_SCAN oldest rows (id order), up to `concurrency` calls' worth.
+   * Reading only those rows' subjects needs no index on subjects, which every insert and delete on
+   * the hot path would pay for.
+   */
+  private storeHeads(lane: Lane, oldest: Iterable<Head>, now: number): number[] {
+    const limit = BATCH * this.queue.concurrency;
+    const blocked = new Set(lane.inflight.values());
+    const ids: number[] = [];
+    for (const r of oldest) {
+      if (ids.length >= limit) break;
+      if (blocked.has(r.subject_key)) continue;
+      blocked.add(r.subject_key);
+      if (r.available_at <= now) ids.push(r.id);
+    }
+    return ids;
   }
 
   /** No row is waiting for a retry: deliver from memory again, reading the stored rows in id order. */
