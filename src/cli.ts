@@ -141,7 +141,7 @@ try {
   await program.parseAsync(process.argv);
 } catch (err) {
   if (err instanceof CommanderError) {
-    // --help and --version exit 0; usage errors are 2 (CONTRACT §1).
+    // --help and --version exit 0; usage errors are 2 (README "Command line").
     process.exit(err.exitCode === 0 ? 0 : 2);
   }
   if (err instanceof ConfigError || err instanceof CommandError) {

@@ -83,44 +83,8 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       release.add('delivery', () => delivery.stop(config.shutdown_timeout_ms));
     }
 
-    if (polls) {
-      const { producer, sourceState, leases } = pollingParts(driver, mode);
-      for (const source of config.sources) {
-        const adapter = services[source.service];
-        const log = logger.child({ source: source.name });
-        const client: UpstreamClient = createUpstreamClient({
-          source: source.name,
-          username: source.username,
-          password: source.password,
-          format: source.format,
-          timeoutMs: source.timeout_ms,
-          connections: Math.max(2, source.subject_concurrency + 1),
-          events,
-          logger: log,
-          linkRel: adapter.linkRel,
-        });
-        release.add(`client ${source.name}`, () => client.close());
-        const acquire = (signal: AbortSignal): Promise<HeldLock | undefined> =>
-          leases.acquire(source.name, signal, (holder) =>
-            log.warn({ holder }, 'source is polled by another process; waiting for its lock'),
-          );
-        pollers.push(
-          pollWhileLocked(acquire, stopPolling.signal, log, (signal) =>
-            runPoller({
-              source,
-              adapter,
-              client,
-              queue: producer,
-              sourceState,
-              events,
-              logger: log,
-              maxBacklog: config.queue.max_backlog,
-              signal,
-            }),
-          ),
-        );
-      }
-    }
+    if (polls)
+      pollers.push(...startPollers(opts, pollingParts(driver, mode), events, release, stopPolling.signal));
     // Pollers stop first: nothing new is queued while deliveries drain.
     release.add('pollers', async () => {
       stopPolling.abort();
@@ -176,6 +140,51 @@ function pollingParts(driver: QueueDriver, mode: DaemonMode) {
   if (!producer || !sourceState || !leases)
     throw new Error(`queue driver opened for "${mode}" lacks its producer, source state or leases`);
   return { producer, sourceState, leases };
+}
+
+/** One poller per source, each polling only while it holds the source's lease; clients register their close. */
+function startPollers(
+  opts: DaemonOptions,
+  parts: ReturnType<typeof pollingParts>,
+  events: PipelineEvents,
+  release: Releasers,
+  stop: AbortSignal,
+): Promise<void>[] {
+  const { config, logger } = opts;
+  const { producer, sourceState, leases } = parts;
+  return config.sources.map((source) => {
+    const adapter = services[source.service];
+    const log = logger.child({ source: source.name });
+    const client: UpstreamClient = createUpstreamClient({
+      source: source.name,
+      username: source.username,
+      password: source.password,
+      format: source.format,
+      timeoutMs: source.timeout_ms,
+      connections: Math.max(2, source.subject_concurrency + 1),
+      events,
+      logger: log,
+      linkRel: adapter.linkRel,
+    });
+    release.add(`client ${source.name}`, () => client.close());
+    const acquire = (signal: AbortSignal): Promise<HeldLock | undefined> =>
+      leases.acquire(source.name, signal, (holder) =>
+        log.warn({ holder }, 'source is polled by another process; waiting for its lock'),
+      );
+    return pollWhileLocked(acquire, stop, log, (signal) =>
+      runPoller({
+        source,
+        adapter,
+        client,
+        queue: producer,
+        sourceState,
+        events,
+        logger: log,
+        maxBacklog: config.queue.max_backlog,
+        signal,
+      }),
+    );
+  });
 }
 
 /** Hold the source's lock while polling; if the lock is lost, stop and wait to win it back. */

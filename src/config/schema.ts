@@ -1,39 +1,16 @@
-// The configuration schema (CONTRACT §2): strict objects, and the ONE place defaults live.
+// The configuration schema (README "Configuration"): strict objects, and the ONE place defaults live.
 // It validates an already env-substituted, *_file-resolved document; paths that depend on the
 // config file's location (module sinks) are resolved by load.ts after parsing.
 import { z } from 'zod';
 import { ConfigError } from '../core/errors.js';
+import { sinkConfigSchema } from '../sinks/registry.js';
+import { atLeastOne, durationMs, isHttpUrl, name, nonEmpty, parseUrl, SERVICE_KINDS } from './fields.js';
 import type { FeedsyncConfig } from './types.js';
 
-export const SINK_TYPES = ['jsonl', 'webhook', 'sqlite', 'module'] as const;
-export const SERVICE_KINDS = ['scheduling', 'workflow'] as const;
+export { SINK_TYPES } from '../sinks/registry.js';
+export { SERVICE_KINDS } from './fields.js';
+
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
-
-// No `:` because change keys are `<source>:<event_id>`; no leading punctuation so names are
-// safe in metric labels, Redis keys and file names.
-const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
-
-const name = z
-  .string()
-  .regex(NAME, { error: 'must start with a letter or digit and contain only letters, digits, _ . -' });
-const nonEmpty = z.string().min(1, { error: 'must not be empty' });
-const durationMs = z.number().int().nonnegative();
-const atLeastOne = z.number().int().min(1);
-
-function parseUrl(value: string): URL | undefined {
-  try {
-    return new URL(value);
-  } catch {
-    return undefined;
-  }
-}
-
-function isHttpUrl(value: string): boolean {
-  const url = parseUrl(value);
-  return url !== undefined && (url.protocol === 'http:' || url.protocol === 'https:') && url.hostname !== '';
-}
-
-const httpUrl = z.string().refine(isHttpUrl, { error: 'must be an http(s) URL' });
 
 // One check, one message: chained refines would all run and pile up on a non-URL.
 const baseUrl = z
@@ -89,41 +66,6 @@ const sourceSchema = z.strictObject({
   subject_concurrency: atLeastOne.default(8),
 });
 
-const filterSchema = z
-  .strictObject({
-    sources: z.array(nonEmpty).default([]),
-    services: z
-      .array(
-        z.string().refine((v) => (SERVICE_KINDS as readonly string[]).includes(v), {
-          error: `must be one of: ${SERVICE_KINDS.join(', ')}`,
-        }),
-      )
-      .default([]),
-    event_types: z.array(nonEmpty).default([]),
-    resource_types: z.array(nonEmpty).default([]),
-  })
-  .prefault({});
-
-const jsonlSink = z.strictObject({ name, type: z.literal('jsonl'), path: nonEmpty, filter: filterSchema });
-const webhookSink = z.strictObject({
-  name,
-  type: z.literal('webhook'),
-  url: httpUrl,
-  secret: nonEmpty.optional(),
-  timeout_ms: durationMs.default(10000),
-  filter: filterSchema,
-});
-const sqliteSink = z.strictObject({ name, type: z.literal('sqlite'), path: nonEmpty, filter: filterSchema });
-const moduleSink = z.strictObject({
-  name,
-  type: z.literal('module'),
-  module: nonEmpty,
-  options: z.record(z.string(), z.unknown()).default({}),
-  filter: filterSchema,
-});
-
-const sinkSchema = z.discriminatedUnion('type', [jsonlSink, webhookSink, sqliteSink, moduleSink]);
-
 const queueSchema = z
   .strictObject({
     driver: z.enum(['local', 'bullmq']).default('local'),
@@ -158,7 +100,7 @@ export const configSchema = z
     store: z.strictObject({ path: nonEmpty.default('./data/feedsync.db') }).prefault({}),
     queue: queueSchema,
     sources: z.array(sourceSchema).min(1, { error: 'at least one source is required' }),
-    sinks: z.array(sinkSchema).min(1, { error: 'at least one sink is required' }),
+    sinks: z.array(sinkConfigSchema).min(1, { error: 'at least one sink is required' }),
     http: z
       .strictObject({
         host: nonEmpty.default('0.0.0.0'),

@@ -1,6 +1,7 @@
 // The effective configuration, after ${ENV} substitution, *_file resolution and defaults.
 // The zod schema in schema.ts produces exactly this shape (checked at compile time there).
 import type { ServiceKind } from '../core/change.js';
+import type { SinkConfig } from '../sinks/registry.js';
 
 export interface SourceConfig {
   name: string;
@@ -27,31 +28,13 @@ export interface SinkFilter {
   resource_types: string[];
 }
 
-interface SinkBase {
-  name: string;
-  filter: SinkFilter;
-}
-export interface JsonlSinkConfig extends SinkBase {
-  type: 'jsonl';
-  path: string;
-}
-export interface WebhookSinkConfig extends SinkBase {
-  type: 'webhook';
-  url: string;
-  secret?: string;
-  timeout_ms: number;
-}
-export interface SqliteSinkConfig extends SinkBase {
-  type: 'sqlite';
-  path: string;
-}
-export interface ModuleSinkConfig extends SinkBase {
-  type: 'module';
-  /** Resolved to an absolute path (relative to the config file's directory). */
-  module: string;
-  options: Record<string, unknown>;
-}
-export type SinkConfig = JsonlSinkConfig | WebhookSinkConfig | SqliteSinkConfig | ModuleSinkConfig;
+// Each sink type's entry is declared by its own module's schema (type-only imports: no sink code
+// loads); sinks/registry.ts lists them.
+export type { SinkConfig };
+export type { JsonlSinkConfig } from '../sinks/jsonl.js';
+export type { ModuleSinkConfig } from '../sinks/module.js';
+export type { SqliteSinkConfig } from '../sinks/sqlite-mirror.js';
+export type { WebhookSinkConfig } from '../sinks/webhook.js';
 
 export interface QueueConfig {
   driver: 'local' | 'bullmq';

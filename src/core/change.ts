@@ -3,7 +3,7 @@ import type { Resource } from './resource.js';
 export type SubjectState = 'present' | 'gone' | 'deleted' | 'skipped';
 export type ServiceKind = 'scheduling' | 'workflow';
 
-/** feedsync.change.v1 (CONTRACT §3): the unit every sink receives. One per feed event. */
+/** feedsync.change.v1 (docs/change-v1.md): the unit every sink receives. One per feed event. */
 export interface Change {
   schema: 'feedsync.change.v1';
   /** `<source name>:<event_id>`: unique, stable across retries, restarts and re-polls. */

@@ -5,7 +5,7 @@ export type { Change, SubjectState } from '../core/change.js';
 
 const OPERATIONS = ['metadata_updated', 'created', 'updated', 'deleted'];
 
-/** Split `event_type` by the longest known operation suffix, else at the last `_` (CONTRACT §3). */
+/** Split `event_type` by the longest known operation suffix, else at the last `_` (docs/change-v1.md). */
 export function splitEventType(eventType: string): { resource_type: string; operation: string } {
   for (const op of OPERATIONS) {
     if (eventType.endsWith(`_${op}`) && eventType.length > op.length + 1)

@@ -35,7 +35,7 @@ export interface DeadLetterFilter {
 }
 
 /**
- * The producer side. The invariant (ARCHITECTURE 1): after commitPage() resolves, every change of
+ * The producer side. The cursor invariant (docs/guarantees.md): after commitPage() resolves, every change of
  * the page is durably queued for every sink whose filter it passes AND the cursor is saved; if it
  * throws, the cursor did not move past anything that was not queued.
  */

@@ -53,7 +53,7 @@ export interface Sandbox extends Controllable {
   username: string;
   password: string;
   port: number;
-  /** The JSON line `feedsync sandbox` prints (CONTRACT §1 keys). */
+  /** The JSON line `feedsync sandbox` prints (the keys README "The sandbox" lists). */
   readyLine(): SandboxReadyLine;
   /** Appends `count` events to a service now (timestamps: the current time). */
   generate(service: ServiceName, count: number): void;

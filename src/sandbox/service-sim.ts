@@ -140,7 +140,7 @@ export class ServiceSim {
       event_type: ev.event_type,
       timestamp: ev.timestamp,
     };
-    // Some upstreams put a space after the commas; clients trim (CONTRACT §3).
+    // Some upstreams put a space after the commas; clients trim (docs/change-v1.md, `changes`).
     if (ev.operation === 'updated') r.changes = ev.changes.join(ev.id % 7 === 0 ? ', ' : ',');
     r.self_link = ev.event_url;
     r.subject_link = ev.subject_url;

@@ -1,13 +1,24 @@
 // The jsonl sink: one change per line, appended and fsynced, with group commit and key de-dup.
 import { mkdir, open, stat, type FileHandle } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
-import type { JsonlSinkConfig } from '../config/types.js';
+import { z } from 'zod';
+import { filterSchema, name, nonEmpty } from '../config/fields.js';
 import { errorMessage, RetryLaterError } from '../core/errors.js';
 import type { Change } from '../core/change.js';
 import { changeJson } from '../core/change-json.js';
 import { scanTail } from './jsonl-tail.js';
 import { RecentKeys } from './recent-keys.js';
+import type { SinkDefinition } from './definition.js';
 import type { Sink, SinkContext } from './sink.js';
+
+/** A `type: jsonl` entry of `sinks`. */
+export const jsonlSinkSchema = z.strictObject({
+  name,
+  type: z.literal('jsonl'),
+  path: nonEmpty,
+  filter: filterSchema,
+});
+export type JsonlSinkConfig = z.output<typeof jsonlSinkSchema>;
 
 export interface JsonlSinkOptions {
   /** How much of the end of an existing file to read back at open for de-duplication. */
@@ -224,3 +235,9 @@ async function syncDirectory(dir: string): Promise<void> {
     await handle?.close().catch(() => undefined);
   }
 }
+
+export const jsonlSink = {
+  type: 'jsonl',
+  schema: jsonlSinkSchema,
+  open: (config, ctx) => openJsonlSink(config, ctx),
+} satisfies SinkDefinition<JsonlSinkConfig>;

@@ -1,10 +1,23 @@
 // The module sink: loads a user's ES module, calls its factory and guards what comes back.
 import { existsSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
-import type { ModuleSinkConfig } from '../config/types.js';
+import { z } from 'zod';
+import { filterSchema, name, nonEmpty } from '../config/fields.js';
 import { ConfigError, errorMessage, FeedsyncError, NeverError, RetryLaterError } from '../core/errors.js';
 import type { Change } from '../core/change.js';
+import type { SinkDefinition } from './definition.js';
 import type { Sink, SinkContext, SinkFactory } from './sink.js';
+
+/** A `type: module` entry of `sinks`. */
+export const moduleSinkSchema = z.strictObject({
+  name,
+  type: z.literal('module'),
+  /** Resolved to an absolute path (relative to the config file's directory) by config/load.ts. */
+  module: nonEmpty,
+  options: z.record(z.string(), z.unknown()).default({}),
+  filter: filterSchema,
+});
+export type ModuleSinkConfig = z.output<typeof moduleSinkSchema>;
 
 export async function openModuleSink(config: ModuleSinkConfig, ctx: SinkContext): Promise<Sink> {
   const keyPath = `sinks.${config.name}.module`;
@@ -113,3 +126,9 @@ function describe(value: unknown): string {
   const keys = Object.keys(value);
   return keys.length ? `an object with keys ${keys.slice(0, 5).join(', ')}` : 'an empty object';
 }
+
+export const moduleSink = {
+  type: 'module',
+  schema: moduleSinkSchema,
+  open: (config, ctx) => openModuleSink(config, ctx),
+} satisfies SinkDefinition<ModuleSinkConfig>;

@@ -1,39 +1,44 @@
-// Every sink type, listed explicitly: adding one means adding a line here, nothing registers
-// itself by being imported.
-import type { SinkConfig } from '../config/types.js';
+// Every built-in sink type, listed explicitly: nothing registers itself by being imported. Each
+// entry is one module's definition (type name, config schema, factory); the config schema's
+// `sinks` union and the list of known types are built from this object, so adding a sink type is
+// one module plus one line here.
+import { z } from 'zod';
 import { ConfigError } from '../core/errors.js';
-import { openJsonlSink } from './jsonl.js';
-import { openModuleSink } from './module.js';
+import type { SinkDefinition } from './definition.js';
+import { jsonlSink } from './jsonl.js';
+import { moduleSink } from './module.js';
 import type { Sink, SinkContext } from './sink.js';
-import { openSqliteSink } from './sqlite-mirror.js';
-import { openWebhookSink } from './webhook.js';
+import { sqliteSink } from './sqlite-mirror.js';
+import { webhookSink } from './webhook.js';
 
 export const sinkTypes = {
-  jsonl: openJsonlSink,
-  webhook: openWebhookSink,
-  sqlite: openSqliteSink,
-  module: openModuleSink,
+  jsonl: jsonlSink,
+  webhook: webhookSink,
+  sqlite: sqliteSink,
+  module: moduleSink,
 } as const;
 
 export type SinkType = keyof typeof sinkTypes;
+type BuiltInSink = (typeof sinkTypes)[SinkType];
+type SinkSchema = BuiltInSink['schema'];
+
+/** One `sinks` entry, of any built-in type. */
+export type SinkConfig = z.output<SinkSchema>;
+
+export const SINK_TYPES = Object.keys(sinkTypes) as SinkType[];
+
+export const sinkConfigSchema = z.discriminatedUnion(
+  'type',
+  Object.values(sinkTypes).map((definition) => definition.schema) as [SinkSchema, ...SinkSchema[]],
+);
 
 export async function openSink(config: SinkConfig, ctx: SinkContext): Promise<Sink> {
-  switch (config.type) {
-    case 'jsonl':
-      return sinkTypes.jsonl(config, ctx);
-    case 'webhook':
-      return sinkTypes.webhook(config, ctx);
-    case 'sqlite':
-      return sinkTypes.sqlite(config, ctx);
-    case 'module':
-      return sinkTypes.module(config, ctx);
-    default: {
-      // Unreachable for a validated config; kept so a hand-built config still gets a clear error.
-      const type = (config as { type?: unknown }).type;
-      throw new ConfigError(
-        `sinks.${(config as { name?: unknown }).name}.type`,
-        `unknown sink type ${JSON.stringify(type)}; known: ${Object.keys(sinkTypes).join(', ')}`,
-      );
-    }
-  }
+  const definition = (sinkTypes as Record<string, SinkDefinition<SinkConfig> | undefined>)[config.type];
+  // Unreachable for a validated config; kept so a hand-built config still gets a clear error.
+  if (!definition)
+    throw new ConfigError(
+      `sinks.${config.name}.type`,
+      `unknown sink type ${JSON.stringify(config.type)}; known: ${SINK_TYPES.join(', ')}`,
+    );
+  return definition.open(config, ctx);
 }

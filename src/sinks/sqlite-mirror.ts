@@ -4,11 +4,22 @@
 import Database from 'better-sqlite3';
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import type { SqliteSinkConfig } from '../config/types.js';
+import { z } from 'zod';
+import { filterSchema, name, nonEmpty } from '../config/fields.js';
 import { errorMessage, FeedsyncError, RetryLaterError } from '../core/errors.js';
 import type { Change } from '../core/change.js';
+import type { SinkDefinition } from './definition.js';
 import type { Sink, SinkContext } from './sink.js';
 import { migrateMirror } from './sqlite-mirror-schema.js';
+
+/** A `type: sqlite` entry of `sinks`. */
+export const sqliteSinkSchema = z.strictObject({
+  name,
+  type: z.literal('sqlite'),
+  path: nonEmpty,
+  filter: filterSchema,
+});
+export type SqliteSinkConfig = z.output<typeof sqliteSinkSchema>;
 
 // Every statement upserts only when the row is new or the change is newer than what it holds:
 // the WHERE on the DO UPDATE branch is the version guard, so guard and write are one statement.
@@ -147,3 +158,9 @@ class SqliteMirrorSink implements Sink {
     this.db.close();
   }
 }
+
+export const sqliteSink = {
+  type: 'sqlite',
+  schema: sqliteSinkSchema,
+  open: (config, ctx) => openSqliteSink(config, ctx),
+} satisfies SinkDefinition<SqliteSinkConfig>;

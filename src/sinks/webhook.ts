@@ -2,7 +2,8 @@
 import { createHmac } from 'node:crypto';
 import { Pool } from 'undici';
 import { parseRetryAfter } from '../backoff.js';
-import type { WebhookSinkConfig } from '../config/types.js';
+import { z } from 'zod';
+import { durationMs, filterSchema, httpUrl, name, nonEmpty } from '../config/fields.js';
 import {
   ConfigError,
   errorMessage,
@@ -12,8 +13,20 @@ import {
   RetryLaterError,
 } from '../core/errors.js';
 import type { Change } from '../core/change.js';
+import type { SinkDefinition } from './definition.js';
 import type { Sink, SinkContext } from './sink.js';
 import { feedsyncVersion } from './version.js';
+
+/** A `type: webhook` entry of `sinks`. */
+export const webhookSinkSchema = z.strictObject({
+  name,
+  type: z.literal('webhook'),
+  url: httpUrl,
+  secret: nonEmpty.optional(),
+  timeout_ms: durationMs.default(10000),
+  filter: filterSchema,
+});
+export type WebhookSinkConfig = z.output<typeof webhookSinkSchema>;
 
 /** Longest Retry-After we pass on; the queue caps it again at queue.max_backoff_ms. */
 const RETRY_AFTER_CAP_MS = 60 * 60 * 1000;
@@ -127,3 +140,9 @@ async function readSnippet(body: AsyncIterable<Buffer>, keep: number): Promise<s
   }
   return Buffer.concat(kept).toString('utf8').replace(/\s+/g, ' ').trim();
 }
+
+export const webhookSink = {
+  type: 'webhook',
+  schema: webhookSinkSchema,
+  open: (config, ctx) => openWebhookSink(config, ctx),
+} satisfies SinkDefinition<WebhookSinkConfig>;

@@ -1,4 +1,4 @@
-// XML representation → the normalized resource shape (CONTRACT §3). The parser runs in
+// XML representation → the normalized resource shape (docs/change-v1.md). The parser runs in
 // preserveOrder mode without trimming or value parsing, so every string reaches us exactly as
 // sent (whitespace included) and only the `type` attribute decides what becomes a number,
 // boolean, null or datetime.

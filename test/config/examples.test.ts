@@ -35,7 +35,7 @@ beforeEach(() => ({ dir: tmp, cleanup } = tempDir()));
 afterEach(() => cleanup());
 
 describe('example configs', () => {
-  it('config/feedsync.yaml validates and documents the CONTRACT defaults', () => {
+  it('config/feedsync.yaml validates and documents the schema defaults', () => {
     const { config } = loadConfigFile(join(CONFIG_DIR, 'feedsync.yaml'), ENV);
     expect(config.sources.map((s) => s.name)).toEqual(['scheduling', 'workflow']);
     expect(config.sources[0]).toMatchObject({

@@ -243,7 +243,7 @@ describe('metrics over /metrics', () => {
     expect(sampleValue(samples, 'feedsync_polls_total', { source: 'a', outcome: 'ok' })).toBe(1);
   });
 
-  it('declares every CONTRACT §5 metric with its type and passes promtool check metrics', async () => {
+  it('declares every README metric with its type and passes promtool check metrics', async () => {
     stack = await startStack({ queueCounts: async () => ({ file: counts(1, 1), hook: counts(2, 2) }) });
     emitScript(stack);
     const { text } = await scrape(stack);

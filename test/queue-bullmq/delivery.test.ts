@@ -2,7 +2,6 @@ import { Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { QueueConfig } from '../../src/config/types.js';
-import { RetryLaterError } from '../../src/core/errors.js';
 import { PipelineEvents, type PipelineEventMap } from '../../src/core/events.js';
 import { createBullmqAdmin, type BullmqAdmin } from '../../src/queue/bullmq/admin.js';
 import { createBullmqDelivery } from '../../src/queue/bullmq/delivery.js';
@@ -71,156 +70,6 @@ function harness(config: QueueConfig, sinks: Record<string, RecordingSink>): Har
 }
 
 describe('bullmq delivery', () => {
-  it('retries a retry-later failure with backoff, then delivers; counts every outcome', async () => {
-    const config = queueConfig(redis.url, { attempts: 5, backoff_ms: 30, max_backoff_ms: 60 });
-    const hook = new RecordingSink({
-      fail: (c, attempt) => (c.event_id === 2 && attempt <= 2 ? retryLater() : undefined),
-    });
-    const h = harness(config, { hook });
-    await h.producer.commitPage({
-      source: 'scheduling',
-      changes: [makeChange(1), makeChange(2)],
-      cursor: 2,
-      seenAbove: [],
-    });
-    await h.runner.start();
-    await waitFor('both changes delivered', () => hook.delivered.length >= 2);
-    expect(hook.attempts.get('scheduling:2')).toBe(3);
-    expect(hook.attempts.get('scheduling:1')).toBe(1);
-    const forKey2 = h.finished.filter((e) => e.key === 'scheduling:2').map((e) => e.outcome);
-    expect(forKey2).toEqual(['retry', 'retry', 'ok']);
-    const ok = h.finished.find((e) => e.key === 'scheduling:1' && e.outcome === 'ok')!;
-    expect(ok.sink).toBe('hook');
-    expect(ok.endToEndSeconds).toBeGreaterThanOrEqual(1);
-    expect(ok.durationSeconds).toBeGreaterThanOrEqual(0);
-    expect((await h.admin.counts()).hook).toEqual({ waiting: 0, active: 0, delayed: 0, failed: 0, dead: 0 });
-  });
-
-  it('keeps a retrying change at the head of its shard: the next change of the subject waits for it', async () => {
-    const config = queueConfig(redis.url, { shards: 1, attempts: 10, backoff_ms: 20, max_backoff_ms: 40 });
-    const hook = new RecordingSink({
-      fail: (c, attempt) => (c.event_id === 1 && attempt <= 3 ? retryLater() : undefined),
-    });
-    const h = harness(config, { hook });
-    const changes = range(1, 5).map((id) => makeChange(id, { subject: 'same-subject' }));
-    await h.producer.commitPage({ source: 'scheduling', changes, cursor: 5, seenAbove: [] });
-    await h.runner.start();
-    await waitFor('5 deliveries', () => hook.delivered.length >= 5);
-    expect(hook.keys()).toEqual(changes.map((c) => c.key));
-  });
-
-  it('honours a receiver Retry-After on the shard without spending attempts', async () => {
-    // attempts: 2, yet three throttled answers in a row still end in a delivery, in order.
-    const config = queueConfig(redis.url, { shards: 1, attempts: 2, backoff_ms: 10, max_backoff_ms: 2_000 });
-    const hook = new RecordingSink({
-      fail: (c, attempt) => (c.key === 'scheduling:1' && attempt <= 3 ? retryLaterAfter(300) : undefined),
-    });
-    const h = harness(config, { hook });
-    await h.producer.commitPage({
-      source: 'scheduling',
-      changes: [makeChange(1), makeChange(2)],
-      cursor: 2,
-      seenAbove: [],
-    });
-    await h.runner.start();
-    await waitFor('both delivered', () => hook.delivered.length === 2, 10_000);
-    expect(hook.keys()).toEqual(['scheduling:1', 'scheduling:2']);
-    expect(h.finished.filter((e) => e.outcome === 'retry')).toHaveLength(3);
-    expect(h.finished.filter((e) => e.outcome === 'dead')).toHaveLength(0);
-    // The shard waited as asked each time before the next attempt.
-    const firstRetry = h.finished.find((e) => e.outcome === 'retry')!;
-    const ok = h.finished.find((e) => e.outcome === 'ok' && e.key === 'scheduling:1')!;
-    expect(ok.at - firstRetry.at).toBeGreaterThanOrEqual(850);
-    expect((await h.admin.counts()).hook).toMatchObject({ waiting: 0, failed: 0, dead: 0 });
-  });
-
-  it('dead-letters a change after `attempts` failures, while other sinks and changes carry on', async () => {
-    const config = queueConfig(redis.url, { attempts: 3, backoff_ms: 10, max_backoff_ms: 20 });
-    const hook = new RecordingSink({
-      fail: (c) => (c.event_id === 7 ? retryLater('HTTP 503 from hook') : undefined),
-    });
-    const file = new RecordingSink();
-    const h = harness(config, { hook, file });
-    const changes = range(5, 5).map((id) => makeChange(id));
-    await h.producer.commitPage({ source: 'scheduling', changes, cursor: 9, seenAbove: [] });
-    await h.runner.start();
-    await waitFor(
-      'file gets all, hook all but one',
-      () => file.delivered.length >= 5 && hook.delivered.length >= 4,
-    );
-    await waitFor('one dead letter', async () => (await h.admin.counts()).hook!.dead === 1);
-    expect(hook.attempts.get('scheduling:7')).toBe(3);
-    expect(hook.keys()).not.toContain('scheduling:7');
-    expect(file.keys().sort()).toEqual(changes.map((c) => c.key).sort());
-    expect((await h.admin.counts()).file!.dead).toBe(0);
-
-    const dead = await h.admin.listDead({});
-    expect(dead).toHaveLength(1);
-    expect(dead[0]).toMatchObject({ sink: 'hook', key: 'scheduling:7', attempts: 3 });
-    expect(dead[0]!.change).toEqual(changes[2]);
-    expect(dead[0]!.error).toMatch(/hook.*gave up after 3 attempts.*HTTP 503 from hook/);
-    expect(dead[0]!.failedAt).toBeGreaterThan(Date.now() - 60_000);
-    expect(
-      h.finished.filter((e) => e.sink === 'hook' && e.key === 'scheduling:7').map((e) => e.outcome),
-    ).toEqual(['retry', 'retry', 'dead']);
-  });
-
-  it('dead-letters a NeverError at once (1 attempt)', async () => {
-    const config = queueConfig(redis.url, { attempts: 10 });
-    const hook = new RecordingSink({
-      fail: (c) => (c.event_id === 1 ? never('HTTP 400: bad payload') : undefined),
-    });
-    const h = harness(config, { hook });
-    await h.producer.commitPage({
-      source: 'scheduling',
-      changes: [makeChange(1), makeChange(2)],
-      cursor: 2,
-      seenAbove: [],
-    });
-    await h.runner.start();
-    await waitFor('dead letter', async () => (await h.admin.counts()).hook!.dead === 1);
-    await waitFor('second change delivered', () => hook.delivered.length >= 1);
-    expect(hook.attempts.get('scheduling:1')).toBe(1);
-    const [dead] = await h.admin.listDead({ sink: 'hook', key: 'scheduling:1' });
-    expect(dead).toMatchObject({ key: 'scheduling:1', attempts: 1 });
-    expect(dead!.error).toMatch(/refused.*HTTP 400: bad payload/);
-  });
-
-  it('lists, retries and drops dead letters filtered by sink and key', async () => {
-    const config = queueConfig(redis.url, { attempts: 1 });
-    let healthy = false;
-    const hook = new RecordingSink({ fail: () => (healthy ? undefined : never('down')) });
-    const file = new RecordingSink({ fail: () => (healthy ? undefined : never('down')) });
-    const h = harness(config, { hook, file });
-    const changes = range(1, 4).map((id) => makeChange(id));
-    await h.producer.commitPage({ source: 'scheduling', changes, cursor: 4, seenAbove: [] });
-    await h.runner.start();
-    await waitFor('8 dead letters', async () => (await h.admin.listDead({})).length === 8);
-
-    expect(await h.admin.listDead({}, 3)).toHaveLength(3);
-    expect((await h.admin.listDead({ sink: 'file' })).map((d) => d.key).sort()).toEqual(
-      changes.map((c) => c.key),
-    );
-    expect(await h.admin.listDead({ key: 'scheduling:3' })).toHaveLength(2);
-    expect(await h.admin.listDead({ sink: 'hook', key: 'scheduling:99' })).toEqual([]);
-    await expect(h.admin.listDead({ sink: 'nope' })).rejects.toThrow(/unknown sink "nope"/);
-
-    expect(await h.admin.dropDead({ sink: 'file', key: 'scheduling:1' })).toBe(1);
-    expect((await h.admin.counts()).file!.dead).toBe(3);
-
-    healthy = true;
-    expect(await h.admin.retryDead({ sink: 'hook', key: 'scheduling:2' })).toBe(1);
-    await waitFor('retried change delivered', () => hook.keys().includes('scheduling:2'));
-    expect(hook.attempts.get('scheduling:2')).toBe(2);
-    expect((await h.admin.counts()).hook!.dead).toBe(3);
-
-    expect(await h.admin.retryDead({ sink: 'file' })).toBe(3);
-    await waitFor('file redelivered', () => file.delivered.length >= 3);
-    expect(file.keys().sort()).toEqual(['scheduling:2', 'scheduling:3', 'scheduling:4']);
-    expect(await h.admin.dropDead({ sink: 'hook' })).toBe(3);
-    expect(await h.admin.listDead({})).toEqual([]);
-  });
-
   it('admin operations fail with a clear error instead of hanging when Redis is unreachable', async () => {
     const down = await startRedis();
     await down.stop();
@@ -239,22 +88,6 @@ describe('bullmq delivery', () => {
     } finally {
       await admin.close();
     }
-  });
-
-  it('a retried dead letter gets a fresh set of attempts', async () => {
-    const config = queueConfig(redis.url, { attempts: 2, backoff_ms: 5, max_backoff_ms: 10 });
-    let failUntil = 2;
-    const hook = new RecordingSink({
-      fail: (_c, attempt) => (attempt <= failUntil ? retryLater() : undefined),
-    });
-    const h = harness(config, { hook });
-    await h.producer.commitPage({ source: 'scheduling', changes: [makeChange(1)], cursor: 1, seenAbove: [] });
-    await h.runner.start();
-    await waitFor('dead letter', async () => (await h.admin.counts()).hook!.dead === 1);
-    failUntil = 3; // one more failure on the replay: must still be within the fresh 2 attempts
-    expect(await h.admin.retryDead({})).toBe(1);
-    await waitFor('delivered after retry', () => hook.delivered.length === 1);
-    expect(hook.attempts.get('scheduling:1')).toBe(4);
   });
 });
 
@@ -402,7 +235,3 @@ describe('bullmq slices', () => {
     expect((await admin.counts()).hook!.dead).toBe(3);
   });
 });
-
-function retryLaterAfter(ms: number): Error {
-  return new RetryLaterError('HTTP 429', ms);
-}

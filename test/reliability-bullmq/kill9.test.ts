@@ -3,7 +3,7 @@
 // after round, a seeded victim (the poller or a worker) is SIGKILLed after a seeded delay and
 // restarted: ROUNDS rounds during catch-up, ROUNDS more during live traffic. Every role dies at
 // least once whatever the seed; failures print the seed and the kill plan so far for a replay.
-// CONTRACT §4: every key reaches the jsonl sink at least once; the mirror ends equal to the
+// docs/guarantees.md: every key reaches the jsonl sink at least once; the mirror ends equal to the
 // sandbox's live state; SIGTERM stops every process with exit 0 within shutdown_timeout_ms.
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

@@ -1,4 +1,4 @@
-// One poller per source across `feedsync poll` replicas (ARCHITECTURE invariant 7): the second
+// One poller per source across `feedsync poll` replicas (docs/architecture.md, invariant 7): the second
 // replica waits for the Redis lock and does not poll; once the holder is killed with -9, it takes
 // over after the lock's TTL (15 s) and carries on from the stored cursor without losing a change.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

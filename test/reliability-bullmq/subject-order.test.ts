@@ -1,4 +1,4 @@
-// Per-subject order across processes (CONTRACT §4 "Order"): one `poll` and two `work` processes with
+// Per-subject order across processes (docs/guarantees.md, "Order"): one `poll` and two `work` processes with
 // queue.concurrency 4 and the default shards deliver to a module sink that takes a random little
 // time and sometimes asks to retry. For every subject the first deliveries follow the feed's order,
 // and no two deliveries of one subject are ever in flight at the same time, in any process.

@@ -18,7 +18,7 @@ describe('sandbox control API and JS API', () => {
   });
   afterAll(() => h.sb.close());
 
-  it('readyLine carries the CONTRACT §1 keys', () => {
+  it('readyLine carries the keys the README documents', () => {
     expect(h.sb.readyLine()).toEqual({
       scheduling_base_url: h.sb.schedulingBaseUrl,
       workflow_base_url: h.sb.workflowBaseUrl,

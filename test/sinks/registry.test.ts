@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SinkConfig } from '../../src/config/types.js';
 import { ConfigError } from '../../src/core/errors.js';
-import { openSink, sinkTypes } from '../../src/sinks/registry.js';
+import { openSink, sinkConfigSchema, sinkTypes } from '../../src/sinks/registry.js';
 import { makeChange, testContext } from './support/make-change.js';
 import { startReceiver, type Receiver } from './support/receiver.js';
 
@@ -22,8 +22,17 @@ afterAll(async () => {
 });
 
 describe('sink registry', () => {
-  it('lists exactly the four sink types', () => {
+  it('lists exactly the four sink types, each under its own type name', () => {
     expect(Object.keys(sinkTypes).sort()).toEqual(['jsonl', 'module', 'sqlite', 'webhook']);
+    for (const [type, definition] of Object.entries(sinkTypes)) expect(definition.type).toBe(type);
+  });
+
+  it("validates each sink entry with its own module's strict schema", () => {
+    const entry = { name: 'hook', type: 'webhook', url: 'http://127.0.0.1:9/x' };
+    expect(sinkConfigSchema.parse(entry)).toEqual({ ...sinkTypes.webhook.schema.parse(entry) });
+    expect(sinkConfigSchema.parse(entry)).toMatchObject({ timeout_ms: 10000, filter: { sources: [] } });
+    expect(sinkConfigSchema.safeParse({ ...entry, path: 'x' }).success).toBe(false);
+    expect(sinkConfigSchema.safeParse({ name: 'f', type: 'jsonl', url: 'http://x' }).success).toBe(false);
   });
 
   it('opens each configured type, resolving relative paths against the config dir', async () => {

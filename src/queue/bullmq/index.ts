@@ -42,8 +42,10 @@ export {
 export { changesOf, sliceJobId, type ChangeSlice } from './slice.js';
 export type { DeadChange } from './dead-letters.js';
 
-// Cursors and poll status stay in the SQLite store
-// for now; the lease is a Redis key per source (source-lock.ts).
+/**
+ * The bullmq driver's parts for `mode`. Cursors and poll status stay in the SQLite store for now;
+ * the lease is a Redis key per source (source-lock.ts).
+ */
 export const createBullmqDriver: DriverFactory = async ({ config, mode, sinks, events, logger }) => {
   const redisUrl = requireRedisUrl(config.queue);
   const sinkNames = config.sinks.map((s) => s.name);

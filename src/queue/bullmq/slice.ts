@@ -77,7 +77,7 @@ function isChange(value: unknown): value is Change {
 
 /**
  * Options of every slice job. Completed slices are kept a while so that a replayed page re-adds as
- * a no-op (ARCHITECTURE invariant 1); failed ones stay until their changes are dead-lettered.
+ * a no-op (the cursor invariant, docs/guarantees.md); failed ones stay until their changes are dead-lettered.
  */
 export function sliceJobOptions(config: Pick<QueueConfig, 'retain_completed_ms' | 'retain_completed_count'>) {
   return {

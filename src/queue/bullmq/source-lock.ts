@@ -1,4 +1,4 @@
-// One poller per source across replicas (ARCHITECTURE invariant 7): a Redis key with an expiry,
+// One poller per source across replicas (docs/architecture.md, invariant 7): a Redis key with an expiry,
 // renewed while held. Losing it (stolen, or Redis unreachable for longer than the TTL, after which
 // another replica may have taken it) aborts `lost` so the poller stops before it double-polls.
 import type { Redis } from 'ioredis';

@@ -1,8 +1,14 @@
 import type { Change } from '../../core/change.js';
+import { FeedsyncError } from '../../core/errors.js';
 import type { Db } from '../../store/store.js';
 import type { DeadLetter, DeadLetterFilter, QueueAdmin, SinkJobCounts } from '../queue.js';
 
-function where(filter: DeadLetterFilter): { sql: string; args: string[] } {
+function where(filter: DeadLetterFilter, sinkNames: string[]): { sql: string; args: string[] } {
+  if (filter.sink !== undefined && !sinkNames.includes(filter.sink))
+    throw new FeedsyncError(
+      `unknown sink "${filter.sink}" (configured: ${sinkNames.join(', ') || 'none'})`,
+      false,
+    );
   const parts: string[] = [];
   const args: string[] = [];
   if (filter.sink) {
@@ -60,7 +66,7 @@ export class LocalAdmin implements QueueAdmin {
   }
 
   async listDead(filter: DeadLetterFilter, limit = 100): Promise<DeadLetter[]> {
-    const w = where(filter);
+    const w = where(filter, this.sinkNames);
     const rows = this.db
       .prepare(
         `SELECT sink, key, body, attempts, error, failed_at FROM dead_letters ${w.sql} ORDER BY id LIMIT ?`,
@@ -84,7 +90,7 @@ export class LocalAdmin implements QueueAdmin {
   }
 
   async retryDead(filter: DeadLetterFilter): Promise<number> {
-    const w = where(filter);
+    const w = where(filter, this.sinkNames);
     // IMMEDIATE: this transaction reads before it writes, and a running daemon commits all the
     // time; a deferred one would then fail to upgrade (SQLITE_BUSY) instead of waiting its turn.
     const move = this.db.transaction(() => {
@@ -111,7 +117,7 @@ export class LocalAdmin implements QueueAdmin {
   }
 
   async dropDead(filter: DeadLetterFilter): Promise<number> {
-    const w = where(filter);
+    const w = where(filter, this.sinkNames);
     return this.db.prepare(`DELETE FROM dead_letters ${w.sql}`).run(...w.args).changes;
   }
 }
