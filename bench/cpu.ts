@@ -18,7 +18,6 @@ import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const cli = join(root, 'dist', 'cli.js');
 const TICK_US = 1_000_000 / Number(spawnSync('getconf', ['CLK_TCK']).stdout.toString().trim() || 100);
 
 const { values: opts } = parseArgs({
@@ -28,19 +27,23 @@ const { values: opts } = parseArgs({
     format: { type: 'string', default: 'json' },
     profile: { type: 'string' },
     status: { type: 'string' },
+    dist: { type: 'string', default: join(root, 'dist') },
     help: { type: 'boolean', default: false },
   },
 });
 if (opts.help) {
   console.log(`node bench/cpu.ts [--service scheduling|workflow]... [--events N] [--format json|xml]
-                    [--profile DIR] [--status N]
+                    [--profile DIR] [--status N] [--dist DIR]
   Drains a sandbox backlog of N events per service with \`feedsync run\` (local queue, expand,
   jsonl sink) and prints CPU µs per event (user+sys of the run process / events), also after the
   first line was written (start-up excluded), wall time and peak RSS.
   --profile DIR  run under --cpu-prof and write DIR/cpu-profile-<service>.txt (top 10 self time)
-  --status N     also time \`feedsync status\` on a store holding N queued changes`);
+  --status N     also time \`feedsync status\` on a store holding N queued changes
+  --dist DIR     the built product to measure (default: ./dist), e.g. a build of main`);
   process.exit(0);
 }
+const dist = resolve(opts.dist!);
+const cli = join(dist, 'cli.js');
 
 interface CpuSample {
   ticks: number;
@@ -242,7 +245,6 @@ async function statusTime(count: number) {
     http: { host: '127.0.0.1', port: 0 },
   };
   writeFileSync(join(dir, 'feedsync.json'), JSON.stringify(raw));
-  const dist = join(root, 'dist');
   const { validateConfig } = await import(join(dist, 'config/load.js'));
   const { createLocalDriver } = await import(join(dist, 'queue/local/index.js'));
   const { PipelineEvents } = await import(join(dist, 'core/events.js'));
