@@ -5,6 +5,7 @@ import { z } from 'zod';
 import { filterSchema, name, nonEmpty } from '../config/fields.js';
 import { errorMessage, RetryLaterError } from '../core/errors.js';
 import type { Change } from '../core/change.js';
+import { changeJson } from '../core/change-json.js';
 import { scanTail } from './jsonl-tail.js';
 import { RecentKeys } from './recent-keys.js';
 import type { SinkDefinition } from './definition.js';
@@ -101,7 +102,8 @@ class JsonlFileSink implements JsonlSink {
     if (this.written.has(change.key)) return Promise.resolve();
     const existing = this.inProgress.get(change.key);
     if (existing) return existing;
-    const line = JSON.stringify(change) + '\n';
+    // The queue usually has the change's JSON already (the bytes it stored): not made again here.
+    const line = changeJson(change) + '\n';
     const promise = new Promise<void>((resolve, reject) => {
       this.pending.push({ key: change.key, line, resolve, reject });
     });

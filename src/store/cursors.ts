@@ -15,8 +15,13 @@ export interface SourceStatus {
   lastError: string | null;
 }
 
+/** How stale a source's status row may get while its polls keep succeeding the same way. */
+export const STATUS_WRITE_INTERVAL_MS = 1000;
+
 /** Cursors and per-source status rows. Statements are prepared once. */
 export class CursorStore {
+  /** Per source: when its status row was last written, and whether that poll was ok and behind. */
+  private readonly written = new Map<string, { at: number; ok: boolean; behind: boolean }>();
   private readonly getStmt;
   private readonly saveStmt;
   private readonly deleteStmt;
@@ -59,14 +64,21 @@ export class CursorStore {
     source: string,
     outcome: { ok: boolean; behind: boolean; lastEventAt?: number; error?: string },
   ): void {
+    const now = Date.now();
+    // A catching-up poller finishes a page every few milliseconds: writing the row each time would
+    // cost more than it tells. A change of state (ok/error, behind/caught up) is written at once.
+    const last = this.written.get(source);
+    if (outcome.ok && last?.ok && last.behind === outcome.behind && now - last.at < STATUS_WRITE_INTERVAL_MS)
+      return;
     this.statusStmt.run({
       source,
-      now: Date.now(),
+      now,
       ok: outcome.ok ? 1 : 0,
       lastEventAt: outcome.lastEventAt ?? null,
       behind: outcome.behind ? 1 : 0,
       error: outcome.error ?? null,
     });
+    this.written.set(source, { at: now, ok: outcome.ok, behind: outcome.behind });
   }
 
   status(sources: string[]): SourceStatus[] {
