@@ -16,6 +16,7 @@ import type { Change } from '../core/change.js';
 import type { SinkDefinition } from './definition.js';
 import type { Sink, SinkContext } from './sink.js';
 import { feedsyncVersion } from './version.js';
+import { changeJson } from '../core/change-json.js';
 
 /** A `type: webhook` entry of `sinks`. */
 export const webhookSinkSchema = z.strictObject({
@@ -70,7 +71,7 @@ class WebhookSink implements Sink {
   async deliver(change: Change): Promise<void> {
     if (this.closing)
       throw new RetryLaterError(`sink "${this.name}": closed, not posting to ${this.shownUrl}`);
-    const body = Buffer.from(JSON.stringify(change), 'utf8');
+    const body = Buffer.from(changeJson(change), 'utf8');
     const headers: Record<string, string> = {
       'content-type': 'application/json',
       'x-feedsync-key': change.key,
