@@ -11,13 +11,14 @@ import { runPoller } from './pipeline/poller.js';
 import { createLocalQueue } from './queue/local/index.js';
 
 // BullMQ and ioredis weigh ~30 MB: loaded only when queue.driver is bullmq.
-const loadBullmq = () => import('./queue/bullmq/index.js');
+const loadBullmq = () => import('./queue/bullmq/driver.js');
+import type { SourceLeases, SourceState } from './queue/driver.js';
 import type { ChangeQueue, DeliveryRunner, QueueAdmin, SinkRuntime } from './queue/queue.js';
 import { Releasers } from './releasers.js';
 import { services } from './services/index.js';
 import { openSink } from './sinks/registry.js';
-import { CursorStore } from './store/cursors.js';
-import { lockOwner, SqliteSourceLocks, type HeldLock } from './store/source-lock.js';
+import { CursorStore, cursorStoreState } from './store/cursors.js';
+import { SqliteSourceLocks, type HeldLock } from './store/source-lock.js';
 import { openStore } from './store/store.js';
 import { createUpstreamClient, type UpstreamClient } from './upstream/client.js';
 
@@ -58,9 +59,13 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const sinkSpecs = config.sinks.map((s) => ({ name: s.name, filter: s.filter }));
 
   try {
-    const db = polls || !bullmq ? openStore(config.store.path) : undefined;
+    // Scaled mode keeps everything in Redis: only the local queue opens the store.
+    const db = !bullmq ? openStore(config.store.path) : undefined;
     if (db) release.add('store', () => db.close());
     const cursors = db ? new CursorStore(db) : undefined;
+    let sourceState: SourceState | undefined = cursors ? cursorStoreState(cursors) : undefined;
+    let leases: SourceLeases | undefined = db ? localLeases(new SqliteSourceLocks(db)) : undefined;
+    let leading: () => string[] = () => [];
 
     const runtimes: SinkRuntime[] = [];
     if (delivers) {
@@ -79,31 +84,17 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     let delivery: DeliveryRunner | undefined;
     let admin: QueueAdmin;
     const bull = bullmq ? await loadBullmq() : undefined;
+    const checks: Record<string, () => Promise<boolean> | boolean> = {};
     if (bull) {
-      const {
-        assertRedisCredentials,
-        checkRedisPolicy,
-        createBullmqAdmin,
-        createBullmqDelivery,
-        createBullmqProducer,
-      } = bull;
-      const redisUrl = config.queue.redis_url!;
-      await assertRedisCredentials(redisUrl, logger);
-      await checkRedisPolicy(redisUrl, logger);
-      const bAdmin = createBullmqAdmin({ queue: config.queue, sinkNames: sinkSpecs.map((s) => s.name) });
-      release.add('queue admin', () => bAdmin.close());
-      admin = bAdmin;
-      if (polls) {
-        const p = createBullmqProducer({
-          queue: config.queue,
-          sinks: sinkSpecs,
-          saveCursor: (s, c, seen) => cursors!.save(s, c, seen),
-          logger,
-        });
-        release.add('queue producer', () => p.close());
-        producer = p;
-      }
-      if (delivers) delivery = createBullmqDelivery({ queue: config.queue, sinks: runtimes, events, logger });
+      const driver = await bull.createBullmqDriver({ config, mode, sinks: runtimes, events, logger });
+      release.add('queue driver', () => driver.close());
+      admin = driver.admin;
+      producer = driver.producer;
+      delivery = driver.delivery;
+      sourceState = driver.sourceState;
+      leases = driver.leases;
+      leading = () => driver.leading();
+      Object.assign(checks, driver.checks);
     } else {
       const local = createLocalQueue({
         db: db!,
@@ -126,12 +117,11 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       sinks: sinkSpecs.map((s) => s.name),
       version: opts.version,
       queueCounts: () => admin.counts(),
+      leading: () => leading(),
       logger,
     });
     release.add('metrics', () => metrics.close());
-    const checks: Record<string, () => Promise<boolean> | boolean> = {};
     if (db) checks.store = () => db.open;
-    if (bull) checks.redis = () => bull.pingRedis(config.queue.redis_url!, logger);
     const readiness = createReadiness({
       events,
       sources: polls ? config.sources.map((s) => ({ name: s.name, pollIntervalMs: s.poll_interval_ms })) : [],
@@ -157,7 +147,8 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     }
 
     if (polls) {
-      const locks = bullmq ? undefined : new SqliteSourceLocks(db!);
+      const held = new Set<string>();
+      if (!bull) leading = () => [...held];
       for (const source of config.sources) {
         const adapter = services[source.service];
         const log = logger.child({ source: source.name });
@@ -174,26 +165,17 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
         });
         release.add(`client ${source.name}`, () => client.close());
         const acquire = (signal: AbortSignal): Promise<HeldLock | undefined> =>
-          locks
-            ? locks.acquire(source.name, signal, (holder) =>
-                log.warn({ holder }, 'source is polled by another process; waiting for its lock'),
-              )
-            : bull!.acquireSourceLock({
-                redisUrl: config.queue.redis_url!,
-                prefix: config.queue.prefix,
-                source: source.name,
-                owner: lockOwner(),
-                signal: stopPolling.signal,
-                logger: log,
-              });
+          leases!.acquire(source.name, signal, (holder) =>
+            log.info({ holder }, 'source is polled by another process; standing by for its lease'),
+          );
         pollers.push(
-          pollWhileLocked(acquire, stopPolling.signal, log, (signal) =>
+          pollWhileLocked(acquire, stopPolling.signal, log, held, source.name, (signal) =>
             runPoller({
               source,
               adapter,
               client,
               queue: producer!,
-              cursors: cursors!,
+              cursors: sourceState!,
               events,
               logger: log,
               maxBacklog: config.queue.max_backlog,
@@ -242,6 +224,8 @@ async function pollWhileLocked(
   acquire: (signal: AbortSignal) => Promise<HeldLock | undefined>,
   stop: AbortSignal,
   logger: Logger,
+  held: Set<string>,
+  source: string,
   poll: (signal: AbortSignal) => Promise<void>,
 ): Promise<void> {
   while (!stop.aborted) {
@@ -254,12 +238,24 @@ async function pollWhileLocked(
       continue;
     }
     if (!lock) return;
+    held.add(source);
     try {
       await poll(AbortSignal.any([stop, lock.lost]));
       if (lock.lost.aborted && !stop.aborted)
-        logger.error('lost the source lock to another process; polling stopped until it is free again');
+        logger.warn(
+          { reason: errorMessage(lock.lost.reason) },
+          'source lock lost or handed over; polling stopped until it is free again',
+        );
     } finally {
+      held.delete(source);
       await lock.release().catch(() => undefined);
     }
   }
+}
+
+function localLeases(locks: SqliteSourceLocks): SourceLeases {
+  return {
+    acquire: (source, signal, onWait) => locks.acquire(source, signal, onWait),
+    holder: async (source) => locks.holder(source) ?? undefined,
+  };
 }

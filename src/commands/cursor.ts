@@ -17,7 +17,7 @@ export async function cursorCommand(
   const ops = await openOps(config);
   try {
     if (action === 'show') {
-      for (const s of ops.cursors.status(config.sources.map((x) => x.name)))
+      for (const s of await ops.cursors.status(config.sources.map((x) => x.name)))
         out(`${s.source}\t${s.cursor ?? '(none: start_from applies)'}`);
       return;
     }
@@ -53,8 +53,8 @@ export async function cursorCommand(
         await client.close();
       }
     } else throw new ConfigError('', `cursor reset needs --to latest or --to earliest, got "${args.to}"`);
-    const before = ops.cursors.get(source.name)?.eventId;
-    ops.cursors.save(source.name, target, []);
+    const before = (await ops.cursors.get(source.name))?.eventId;
+    await ops.cursors.save(source.name, target, []);
     out(`${source.name}: cursor ${before ?? '(none)'} → ${target}`);
   } finally {
     await ops.close();

@@ -11,11 +11,14 @@ export async function statusCommand(
 ): Promise<void> {
   const ops = await openOps(config);
   try {
-    const sources = ops.cursors.status(config.sources.map((s) => s.name));
+    const sources = await ops.cursors.status(config.sources.map((s) => s.name));
+    // Who polls what: with standby pollers (scaled mode) the lease holder of each source.
+    const pollers = await Promise.all(sources.map((s) => ops.lockHolder(s.source)));
     const sinks = await ops.admin.counts();
     const report = {
-      sources: sources.map((s) => ({
+      sources: sources.map((s, i) => ({
         source: s.source,
+        polled_by: pollers[i] ?? null,
         cursor: s.cursor,
         last_event_at: s.lastEventAt ? new Date(s.lastEventAt).toISOString() : null,
         last_poll_at: s.lastPollAt ? new Date(s.lastPollAt).toISOString() : null,
@@ -38,6 +41,7 @@ export async function statusCommand(
       out(
         `${s.source.padEnd(17)} ${String(s.cursor ?? '-').padEnd(13)} ${(s.lastPollAt === null ? 'never polled' : s.behind ? 'behind' : 'caught up').padEnd(13)} ${iso(s.lastEventAt).padEnd(26)} ${iso(s.lastOkAt)}`,
       );
+    for (const [i, s] of sources.entries()) if (pollers[i]) out(`  ${s.source}: polled by ${pollers[i]}`);
     for (const s of sources) if (s.lastError) out(`  ${s.source}: last error: ${s.lastError}`);
     out('');
     out('SINK              QUEUED   IN FLIGHT  DELAYED  RETRYING  DEAD');

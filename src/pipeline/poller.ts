@@ -2,9 +2,9 @@ import type { Logger } from 'pino';
 import { backoffDelay, sleep } from '../backoff.js';
 import type { SourceConfig } from '../config/types.js';
 import { errorMessage, UpstreamAuthError } from '../core/errors.js';
+import type { PollOutcome, SourceState as StoredState } from '../queue/driver.js';
 import type { ChangeQueue } from '../queue/queue.js';
 import type { ServiceAdapter } from '../services/adapter.js';
-import type { CursorStore } from '../store/cursors.js';
 import type { UpstreamClient } from '../upstream/client.js';
 import { buildChange, type FeedEvent } from './change.js';
 import { nextCursor, observedDisorder, PAGE_SIZE } from './cursor.js';
@@ -18,7 +18,7 @@ export interface PollerDeps {
   adapter: ServiceAdapter;
   client: UpstreamClient;
   queue: ChangeQueue;
-  cursors: CursorStore;
+  cursors: StoredState;
   events: PipelineEvents;
   logger: Logger;
   /** Pause polling while a sink has more undelivered changes than this. */
@@ -69,11 +69,7 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
         pageSize: result.pageSize,
         behind: result.full,
       });
-      deps.cursors.recordPoll(source.name, {
-        ok: true,
-        behind: result.full,
-        lastEventAt: result.lastEventAt,
-      });
+      await recordPoll(deps, { ok: true, behind: result.full, lastEventAt: result.lastEventAt });
       if (!result.full) await sleep(source.poll_interval_ms, signal);
     } catch (err) {
       ahead?.abort();
@@ -89,7 +85,7 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
         behind: false,
         error: err,
       });
-      deps.cursors.recordPoll(source.name, { ok: false, behind: false, error: errorMessage(err) });
+      await recordPoll(deps, { ok: false, behind: false, error: errorMessage(err) });
       // Wrong credentials: at most once per poll interval, backing off to minutes; never a tight loop.
       const delay =
         err instanceof UpstreamAuthError
@@ -109,6 +105,15 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
     }
   }
   ahead?.abort();
+}
+
+/** Status is informational: failing to record it (Redis briefly away) must not fail the poll. */
+async function recordPoll(deps: PollerDeps, outcome: PollOutcome): Promise<void> {
+  try {
+    await deps.cursors.recordPoll(deps.source.name, outcome);
+  } catch (err) {
+    deps.logger.warn({ err: errorMessage(err) }, 'cannot record the poll outcome for status');
+  }
 }
 
 function isAbort(err: unknown): boolean {
@@ -306,14 +311,14 @@ export function feedUrl(
  */
 async function startPosition(deps: PollerDeps): Promise<{ cursor: number; seenAbove: number[] }> {
   const { source } = deps;
-  const stored = deps.cursors.get(source.name);
+  const stored = await deps.cursors.get(source.name);
   if (stored) return { cursor: stored.eventId, seenAbove: stored.seenAbove };
   if (typeof source.start_from === 'number') return { cursor: source.start_from, seenAbove: [] };
   if (source.start_from === 'earliest') return { cursor: 0, seenAbove: [] };
 
   const newest = await findLatestEventId(deps.client, source.base_url, deps.signal);
   // Persist it now so a restart before the first change keeps "latest" meaning start-up time.
-  deps.cursors.save(source.name, newest, []);
+  await deps.cursors.save(source.name, newest, []);
   deps.logger.info({ cursor: newest }, 'start_from latest: starting after the newest event');
   return { cursor: newest, seenAbove: [] };
 }

@@ -1,3 +1,4 @@
+import type { SourceState } from '../queue/driver.js';
 import type { Db } from './store.js';
 
 export interface StoredCursor {
@@ -91,4 +92,14 @@ export class CursorStore {
       };
     });
   }
+}
+
+/** The store behind the async source-state seam (the local driver keeps its state in SQLite). */
+export function cursorStoreState(cursors: CursorStore): SourceState {
+  return {
+    get: async (source) => cursors.get(source),
+    save: async (source, eventId, seenAbove) => cursors.save(source, eventId, seenAbove),
+    recordPoll: async (source, outcome) => cursors.recordPoll(source, outcome),
+    status: async (sources) => cursors.status(sources),
+  };
 }

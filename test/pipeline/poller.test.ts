@@ -10,7 +10,7 @@ import { PipelineEvents } from '../../src/core/events.js';
 import { runPoller } from '../../src/pipeline/poller.js';
 import type { ChangeQueue, PageCommit } from '../../src/queue/queue.js';
 import { services } from '../../src/services/index.js';
-import { CursorStore } from '../../src/store/cursors.js';
+import { CursorStore, cursorStoreState } from '../../src/store/cursors.js';
 import { openStore } from '../../src/store/store.js';
 import type { FetchResult, UpstreamClient } from '../../src/upstream/client.js';
 import type { Resource } from '../../src/core/resource.js';
@@ -111,7 +111,7 @@ function start(client: ScriptedUpstream, over: Partial<SourceConfig> = {}, maxBa
     adapter: services.workflow,
     client,
     queue,
-    cursors,
+    cursors: cursorStoreState(cursors),
     events,
     logger: pino({ level: 'silent' }),
     maxBacklog,

@@ -49,7 +49,6 @@ function harness(config: QueueConfig, sinks: Record<string, RecordingSink>): Har
   const producer = createBullmqProducer({
     queue: config,
     sinks: names.map((name) => ({ name, filter: ANY })),
-    saveCursor: () => undefined,
     logger: silentLogger,
   });
   const admin = createBullmqAdmin({ queue: config, sinkNames: names });
@@ -348,7 +347,6 @@ describe('bullmq slices', () => {
     const producer = createBullmqProducer({
       queue: config,
       sinks: [{ name: 'hook', filter: ANY }],
-      saveCursor: () => undefined,
       logger: silentLogger,
     });
     const admin = createBullmqAdmin({ queue: config, sinkNames: ['hook'] });

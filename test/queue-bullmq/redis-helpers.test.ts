@@ -63,9 +63,9 @@ describe('redis helpers', () => {
 
   it('requires queue.redis_url for the bullmq producer', () => {
     const config = { ...queueConfig(redis.url), redis_url: undefined };
-    expect(() =>
-      createBullmqProducer({ queue: config, sinks: [], saveCursor: () => undefined, logger: silentLogger }),
-    ).toThrow(/queue\.redis_url: required/);
+    expect(() => createBullmqProducer({ queue: config, sinks: [], logger: silentLogger })).toThrow(
+      /queue\.redis_url: required/,
+    );
   });
 
   it('rejects a sink name BullMQ cannot use as a queue name', () => {
@@ -73,7 +73,7 @@ describe('redis helpers', () => {
       createBullmqProducer({
         queue: queueConfig(redis.url),
         sinks: [{ name: 'bad:name', filter: ANY }],
-        saveCursor: () => undefined,
+
         logger: silentLogger,
       }),
     ).toThrow(/sink "bad:name"/);

@@ -23,6 +23,8 @@ const queueConfig = (over: Partial<QueueConfig> = {}): QueueConfig => ({
   retain_completed_ms: 1000,
   retain_completed_count: 10,
   shards: 1,
+  lease_ttl_ms: 15_000,
+  allow_volatile_redis: false,
   ...over,
 });
 const noFilter = { sources: [], services: [], event_types: [], resource_types: [] };
