@@ -166,7 +166,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
         release.add(`client ${source.name}`, () => client.close());
         const acquire = (signal: AbortSignal): Promise<HeldLock | undefined> =>
           leases!.acquire(source.name, signal, (holder) =>
-            log.info({ holder }, 'source is polled by another process; standing by for its lease'),
+            log.info({ holder }, `waiting for source ${source.name} held by ${holder}`),
           );
         pollers.push(
           pollWhileLocked(acquire, stopPolling.signal, log, held, source.name, (signal) =>

@@ -207,7 +207,8 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
         const { lease, holder } = await tryAcquire(source);
         if (lease) {
           held.set(source, lease);
-          logger.info({ source, token: lease.fence.token, owner }, `took the lease of source ${source}`);
+          // The message is what operators (and the process tests) look for on a takeover.
+          logger.info({ source, token: lease.fence.token, owner }, `acquired lock of source ${source}`);
           return heldLock(source, lease);
         }
         const waitingFor = holder ?? '(none: this replica holds its share of sources)';
