@@ -2,18 +2,22 @@
 export { createBullmqProducer, type BullmqProducer, type BullmqProducerOptions } from './producer.js';
 export { createBullmqDelivery, type BullmqDeliveryOptions } from './delivery.js';
 export { createBullmqAdmin, type BullmqAdmin, type BullmqAdminOptions } from './admin.js';
+export { createBullmqDriver, bullmqDriverFactory, type BullmqDriver } from './driver.js';
 export {
-  acquireSourceLock,
-  readSourceLockOwner,
-  type SourceLock,
-  type SourceLockOptions,
-} from './source-lock.js';
+  createRedisSourceLeases,
+  readLeaseHolder,
+  type LeaseFence,
+  type RedisSourceLeases,
+} from './lease.js';
+export { createRedisSourceState } from './source-state.js';
 export {
   assertRedisCredentials,
   checkRedisPolicy,
   closeRedis,
   createRedisConnection,
+  assertRedisPersists,
   pingRedis,
+  readRedisPersistence,
   redactRedisUrl,
   requireRedisUrl,
   type RedisRole,
@@ -25,7 +29,8 @@ export {
   keyForJobId,
   shardOf,
   shardQueueName,
-  sourceLockKey,
+  leaseKey,
+  sourceStateKey,
 } from './names.js';
 export { changesOf, sliceJobId, type ChangeSlice } from './slice.js';
 export type { DeadChange } from './dead-letters.js';
