@@ -169,6 +169,14 @@ describe('queue naming', () => {
       );
       await expect(assertRedisPersists(volatile.url, true, silentLogger)).resolves.toBeUndefined();
       await expect(assertRedisPersists(aof.url, false, silentLogger)).resolves.toBeUndefined();
+      // Unreachable: not knowing is a refusal too, without the password in the message.
+      await volatile.stop();
+      const withPassword = volatile.url.replace('redis://', 'redis://:hunter2@');
+      const refusal = assertRedisPersists(withPassword, true, silentLogger);
+      await expect(refusal).rejects.toThrow(
+        /^cannot check that Redis at redis:\/\/127\.0\.0\.1:\d+\/? persists its data: /,
+      );
+      await expect(refusal).rejects.not.toThrow(/hunter2/);
     } finally {
       await Promise.all([aof.stop(), volatile.stop()]);
     }

@@ -254,7 +254,18 @@ export async function assertRedisPersists(
   allowVolatile: boolean,
   logger: Logger,
 ): Promise<void> {
-  const found = await readRedisPersistence(target, logger);
+  let found: RedisPersistence;
+  try {
+    found = await readRedisPersistence(target, logger);
+  } catch (err) {
+    // Not knowing is not good enough: starting would read and write cursors on a Redis that may
+    // forget them. The process exits; its supervisor restarts it once Redis answers.
+    throw new FeedsyncError(
+      `cannot check that Redis at ${typeof target === 'string' ? redactRedisUrl(target) : 'queue.redis_url'} persists its data: ${errorMessage(err)}`,
+      true,
+      { cause: err },
+    );
+  }
   if (found.persists) {
     logger.info({ persistence: found.detail }, 'redis persists its data');
     return;
