@@ -245,7 +245,7 @@ describe(`scaled mode: standby pollers ${note}`, () => {
     async () => {
       const sandbox = await startSandbox({ seed: seed + 1, backlog: 800, latencyMs: LATENCY_MS });
       sandboxes.push(sandbox);
-      sandbox.generate('scheduling', 1500);
+      sandbox.generate('scheduling', 2500);
       const dir = tempDir('feedsync-rb-sigstop-');
       const raw = configFor(sandbox, dir, redis.url);
       const configPath = writeConfig(dir, raw);
