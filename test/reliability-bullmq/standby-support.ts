@@ -1,6 +1,7 @@
 // Oracles of the scaled-mode suites (standby pollers): who holds which source's lease, the page
 // commit counters, and every slice job BullMQ holds — read straight from Redis.
 import { Queue } from 'bullmq';
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { Redis } from 'ioredis';
 import type { Change } from '../../src/core/change.js';
 import type { CliProcess } from '../support/process.js';
@@ -89,4 +90,69 @@ export function sliceProblems(
   if (jobs.length !== committedSlices)
     problems.push(`${jobs.length} slice jobs in Redis, but the commits counted ${committedSlices}`);
   return problems.slice(0, 10);
+}
+
+export interface FreezeProxy {
+  /** redis://127.0.0.1:PORT of the proxy. */
+  url: string;
+  /** Calls `freeze` once, synchronously, when the next page commit of `source` is past its lease check. */
+  arm(source: string, freeze: () => void): void;
+  readonly fired: boolean;
+  close(): Promise<void>;
+}
+
+/**
+ * A TCP proxy in front of Redis for one poller, to pause it in the middle of a page commit: a
+ * commit checks its lease, then reads the source's cursor (HMGET) before its MULTI/EXEC. When
+ * armed, the proxy calls `freeze` (the test SIGSTOPs the poller) on the next HMGET of the source's
+ * state, and forwards the bytes unchanged. Everything else passes through. (A poller reads that
+ * hash otherwise only when it takes the source, which the armed holder does not do again.)
+ */
+export async function freezeProxy(redisPort: number): Promise<FreezeProxy> {
+  let trigger: { source: string; freeze: () => void } | undefined;
+  let fired = false;
+  const sockets = new Set<Socket>();
+  const server = createServer((client) => {
+    const upstream = connect(redisPort, '127.0.0.1');
+    sockets.add(client).add(upstream);
+    client.on('data', (chunk: Buffer) => {
+      const text = chunk.toString('latin1').toLowerCase();
+      if (
+        trigger &&
+        text.includes('\r\nhmget\r\n') &&
+        text.includes(`:source:${trigger.source.toLowerCase()}\r\n`)
+      ) {
+        const { freeze } = trigger;
+        trigger = undefined;
+        fired = true;
+        freeze();
+      }
+      upstream.write(chunk);
+    });
+    upstream.on('data', (chunk: Buffer) => client.write(chunk));
+    const end = () => {
+      client.destroy();
+      upstream.destroy();
+      sockets.delete(client);
+      sockets.delete(upstream);
+    };
+    client.on('close', end).on('error', end);
+    upstream.on('close', end).on('error', end);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as AddressInfo).port;
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    arm: (source, freeze) => {
+      trigger = { source, freeze };
+    },
+    get fired() {
+      return fired;
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
 }

@@ -4,9 +4,10 @@
 //     traffic: a standby holds each of its sources within TTL + 5 s, every change reaches the sink,
 //     and no page was enqueued twice (every change in exactly one slice job, as many jobs as the
 //     commits counted). The failover times are printed.
-//  2. A poller frozen with SIGSTOP past its lease, then resumed: a standby took its source, the old
-//     holder finds out and writes nothing (cursors never go back), and the commit counters equal
-//     those of one clean pass over the same feeds (pages × slices, exactly).
+//  2. A poller frozen with SIGSTOP in the middle of a page commit (past its lease check, before
+//     EXEC: a Redis proxy in front of it stops it there) until a standby took its source, then
+//     resumed: its commit is refused (fencing), cursors never go back, and the commit counters
+//     equal those of one clean pass over the same feeds (pages × slices, exactly).
 import { hostname } from 'node:os';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
@@ -29,7 +30,7 @@ import {
   waitStarted,
   watchRedisCursors,
 } from './support.js';
-import { processOf, redisOracle, sliceProblems, SOURCES } from './standby-support.js';
+import { freezeProxy, processOf, redisOracle, sliceProblems, SOURCES } from './standby-support.js';
 
 const TTL_MS = 3_000;
 const SHARDS = 4;
@@ -240,7 +241,7 @@ describe(`scaled mode: standby pollers ${note}`, () => {
   );
 
   it(
-    'a poller frozen past its lease writes nothing when resumed; commits equal one clean pass',
+    'a poller frozen mid-commit past its lease writes nothing when resumed; commits equal one clean pass',
     { timeout: 120_000 },
     async () => {
       const sandbox = await startSandbox({ seed: seed + 1, backlog: 800, latencyMs: LATENCY_MS });
@@ -250,9 +251,18 @@ describe(`scaled mode: standby pollers ${note}`, () => {
       const raw = configFor(sandbox, dir, redis.url);
       const configPath = writeConfig(dir, raw);
       const oracle = redisOracle(redis.url, queuePrefix(raw));
-      const start = starter(configPath);
-      const polls = [start('poll', 'p1'), start('poll', 'p2')];
-      const work = start('work', 'a');
+      // Each poller reaches Redis through its own proxy, which can pause it mid-commit.
+      const proxies = [await freezeProxy(redis.port), await freezeProxy(redis.port)];
+      const polls = proxies.map((proxy, i) =>
+        starter(
+          writeConfig(
+            dir,
+            { ...raw, queue: { ...(raw.queue as object), redis_url: proxy.url } },
+            `p${i + 1}.yaml`,
+          ),
+        )('poll', `p${i + 1}`),
+      );
+      const work = starter(configPath)('work', 'a');
       // Sampled every 50 ms: a fenced-out holder that wrote anyway would move a cursor back.
       const history = new Map<string, number[]>(SOURCES.map((s) => [s, []]));
       const cursors = watchRedisCursors(redis.url, queuePrefix(raw), 50);
@@ -283,9 +293,19 @@ describe(`scaled mode: standby pollers ${note}`, () => {
           Math.max(...sandbox.events('scheduling').map((e) => e.id)),
         );
 
-        victim.signal('SIGSTOP');
-        frozen = victim;
-        const stoppedAt = Date.now();
+        // Freeze the holder in the middle of its next commit: past the lease check, before EXEC.
+        let stoppedAt = 0;
+        proxies[polls.indexOf(victim)]!.arm('scheduling', () => {
+          victim.signal('SIGSTOP');
+          frozen = victim;
+          stoppedAt = Date.now();
+        });
+        await eventually(
+          () => proxies[polls.indexOf(victim)]!.fired,
+          10_000,
+          `a commit to freeze in ${note}`,
+          20,
+        );
         await eventually(
           async () => processOf((await oracle.holders()).scheduling, polls) === standby,
           TTL_MS + 5_000,
@@ -297,10 +317,13 @@ describe(`scaled mode: standby pollers ${note}`, () => {
         await sleep(Math.max(0, TTL_MS + 2_000 - takeoverMs));
         victim.signal('SIGCONT');
         frozen = undefined;
+        // The commit it was in the middle of is refused: the WATCH saw the new holder's token.
         await victim.waitForLog(
-          (e) => /lost the lease of source scheduling/.test(e.msg ?? ''),
+          (e) =>
+            e.source === 'scheduling' &&
+            /not committing the page, the lease is no longer ours/.test(String(e.err ?? e.reason)),
           TTL_MS + 5_000,
-          `the resumed poller to notice it lost scheduling ${note}`,
+          `the resumed poller's commit to be refused ${note}`,
         );
         console.log(`SIGSTOP takeover after ${takeoverMs} ms (TTL ${TTL_MS} ms)`);
 
@@ -360,6 +383,7 @@ describe(`scaled mode: standby pollers ${note}`, () => {
         clearInterval(sampler);
         cursors.stop();
         await oracle.close();
+        for (const proxy of proxies) await proxy.close();
       }
     },
   );

@@ -199,6 +199,8 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
       throw new FeedsyncError(`lease asked for unknown source ${source}`, false);
     let announced: string | undefined;
     startBeating();
+    // The connection does not queue commands while connecting: wait for it once, quietly.
+    await whenReady(client, 5_000);
     for (;;) {
       if (signal.aborted || closed) return undefined;
       if (held.has(source))
@@ -276,6 +278,19 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
     held: () => [...held].filter(([, h]) => !h.lost.signal.aborted).map(([s]) => s),
     close,
   };
+}
+
+function whenReady(client: Redis, timeoutMs: number): Promise<void> {
+  if (client.status === 'ready') return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      client.off('ready', done);
+      resolve();
+    };
+    const timer = setTimeout(done, timeoutMs);
+    client.once('ready', done);
+  });
 }
 
 /** `<token> <owner>` → owner. */
