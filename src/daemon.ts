@@ -166,7 +166,10 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
         release.add(`client ${source.name}`, () => client.close());
         const acquire = (signal: AbortSignal): Promise<HeldLock | undefined> =>
           leases!.acquire(source.name, signal, (holder) =>
-            log.info({ holder }, `waiting for source ${source.name} held by ${holder}`),
+            bull
+              ? // Standing by is normal with several poll replicas: info, naming the holder.
+                log.info({ holder }, `waiting for source ${source.name} held by ${holder}`)
+              : log.warn({ holder }, 'source is polled by another process; waiting for its lock'),
           );
         pollers.push(
           pollWhileLocked(acquire, stopPolling.signal, log, held, source.name, (signal) =>
