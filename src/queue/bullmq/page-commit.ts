@@ -75,9 +75,10 @@ export function createPageCommitter(opts: {
 
   async function commitOnce(plan: PagePlan, fence: LeaseFence | undefined): Promise<'committed' | 'already'> {
     const stateKey = sourceStateKey(prefix, plan.source);
-    const epoch = connections;
     // The BullMQ-aware client: its MULTI knows the job scripts. Every plan queue shares `connection`.
     const client = plan.slices[0] ? await plan.slices[0].queue.backend.client : connection;
+    // Taken once connected (awaiting the client may have waited for the first 'ready').
+    const epoch = connections;
     if (fence) {
       await connection.watch(fence.tokenKey);
       const [token, lease] = await connection.mget(fence.tokenKey, fence.leaseKey);
