@@ -44,6 +44,8 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const stopPolling = new AbortController();
   const pollers: Promise<void>[] = [];
   const sinkNames = config.sinks.map((s) => s.name);
+  // Sources whose lease this process holds right now (feedsync_source_leader).
+  const leading = new Set<string>();
 
   try {
     const sinks = modeDelivers(mode) ? await openSinks(opts, release) : [];
@@ -57,6 +59,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       sinks: sinkNames,
       version: opts.version,
       queueCounts: () => admin.counts(),
+      leading: () => [...leading],
       logger,
     });
     release.add('metrics', () => metrics.close());
@@ -84,7 +87,9 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     }
 
     if (polls)
-      pollers.push(...startPollers(opts, pollingParts(driver, mode), events, release, stopPolling.signal));
+      pollers.push(
+        ...startPollers(opts, pollingParts(driver, mode), events, release, stopPolling.signal, leading),
+      );
     // Pollers stop first: nothing new is queued while deliveries drain.
     release.add('pollers', async () => {
       stopPolling.abort();
@@ -149,6 +154,7 @@ function startPollers(
   events: PipelineEvents,
   release: Releasers,
   stop: AbortSignal,
+  leading: Set<string>,
 ): Promise<void>[] {
   const { config, logger } = opts;
   const { producer, sourceState, leases } = parts;
@@ -172,7 +178,7 @@ function startPollers(
       leases.acquire(source.name, signal, (holder) =>
         log.warn({ holder }, 'source is polled by another process; waiting for its lock'),
       );
-    return pollWhileLocked(acquire, stop, log, (signal) =>
+    return pollWhileLocked(source.name, leading, acquire, stop, log, (signal) =>
       runPoller({
         source,
         adapter,
@@ -190,6 +196,8 @@ function startPollers(
 
 /** Hold the source's lock while polling; if the lock is lost, stop and wait to win it back. */
 async function pollWhileLocked(
+  source: string,
+  leading: Set<string>,
   acquire: (signal: AbortSignal) => Promise<HeldLock | undefined>,
   stop: AbortSignal,
   logger: Logger,
@@ -205,11 +213,15 @@ async function pollWhileLocked(
       continue;
     }
     if (!lock) return;
+    leading.add(source);
+    const lost = (): boolean => leading.delete(source);
+    lock.lost.addEventListener('abort', lost, { once: true });
     try {
       await poll(AbortSignal.any([stop, lock.lost]));
       if (lock.lost.aborted && !stop.aborted)
         logger.error('lost the source lock to another process; polling stopped until it is free again');
     } finally {
+      lost();
       await lock.release().catch(() => undefined);
     }
   }

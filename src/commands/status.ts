@@ -9,6 +9,8 @@ export interface StatusReport {
   sources: {
     source: string;
     cursor: number | null;
+    /** The process holding the source's lease (polling it), or null. */
+    polled_by: string | null;
     last_event_at: string | null;
     last_poll_at: string | null;
     last_successful_poll_at: string | null;
@@ -69,11 +71,14 @@ export async function statusCommand(
 
 async function readStatus(config: FeedsyncConfig, ops: OpsHandles): Promise<StatusReport> {
   const sources = await ops.sourceState.status(config.sources.map((s) => s.name));
+  // Who polls what: the holder of each source's lease (with standby pollers, one replica each).
+  const pollers = await Promise.all(sources.map((s) => ops.leases.holder(s.source)));
   const sinks = await ops.admin.counts();
   return {
-    sources: sources.map((s) => ({
+    sources: sources.map((s, i) => ({
       source: s.source,
       cursor: s.cursor,
+      polled_by: pollers[i] ?? null,
       last_event_at: iso(s.lastEventAt),
       last_poll_at: iso(s.lastPollAt),
       last_successful_poll_at: iso(s.lastOkAt),
@@ -97,6 +102,7 @@ function renderStatus(report: StatusReport): string {
     lines.push(
       `${s.source.padEnd(17)} ${String(s.cursor ?? '-').padEnd(13)} ${s.state.padEnd(13)} ${(s.last_event_at ?? '-').padEnd(26)} ${s.last_successful_poll_at ?? '-'}`,
     );
+  for (const s of report.sources) if (s.polled_by) lines.push(`  ${s.source}: polled by ${s.polled_by}`);
   for (const s of report.sources) if (s.last_error) lines.push(`  ${s.source}: last error: ${s.last_error}`);
   lines.push('', 'SINK              QUEUED   IN FLIGHT  DELAYED  RETRYING  DEAD');
   for (const r of report.sinks)

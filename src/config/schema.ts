@@ -80,10 +80,15 @@ const queueSchema = z
     retain_completed_ms: durationMs.default(86400000),
     retain_completed_count: z.number().int().nonnegative().default(10000),
     shards: atLeastOne.default(8),
+    lease_ttl_ms: durationMs.default(15000),
+    allow_volatile_redis: z.boolean().default(false),
   })
   .superRefine((queue, ctx) => {
     if (queue.driver === 'bullmq' && queue.redis_url === undefined) {
       ctx.addIssue({ code: 'custom', path: ['redis_url'], message: 'required when queue.driver is bullmq' });
+    }
+    if (queue.lease_ttl_ms < 1000) {
+      ctx.addIssue({ code: 'custom', path: ['lease_ttl_ms'], message: 'must be at least 1000 (1 s)' });
     }
     if (queue.max_backoff_ms < queue.backoff_ms) {
       ctx.addIssue({

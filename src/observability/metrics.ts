@@ -16,6 +16,8 @@ export interface MetricsOptions {
   version: string;
   /** Queue counts per sink, asked at scrape time (cached ~1 s). */
   queueCounts?: () => Promise<Record<string, SinkJobCounts>>;
+  /** Sources this process polls now (it holds their lease); asked at scrape time. */
+  leading?: () => string[];
   logger?: Logger;
 }
 
@@ -108,6 +110,18 @@ export function createMetrics(opts: MetricsOptions): Metrics {
     help: '1 when the last page of the source was full (more events are waiting upstream), else 0.',
     labelNames: ['source'] as const,
     registers,
+  });
+  const leading = opts.leading;
+  new Gauge({
+    name: 'feedsync_source_leader',
+    help: '1 on the process that holds the source (polls it), else 0; with standby pollers one replica has 1.',
+    labelNames: ['source'] as const,
+    registers,
+    collect() {
+      if (!leading) return;
+      const held = new Set(leading());
+      for (const source of opts.sources) this.set({ source }, held.has(source) ? 1 : 0);
+    },
   });
   const changesEnqueued = new Counter({
     name: 'feedsync_changes_enqueued_total',

@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import { backoffDelay, sleep } from '../backoff.js';
 import type { SourceConfig } from '../config/types.js';
 import { errorMessage, UpstreamAuthError } from '../core/errors.js';
-import type { SourceState } from '../queue/driver.js';
+import type { PollOutcome, SourceState } from '../queue/driver.js';
 import type { ChangeQueue } from '../queue/queue.js';
 import type { ServiceAdapter } from '../services/adapter.js';
 import type { UpstreamClient } from '../upstream/client.js';
@@ -70,11 +70,7 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
         pageSize: result.pageSize,
         behind: result.full,
       });
-      await deps.sourceState.recordPoll(source.name, {
-        ok: true,
-        behind: result.full,
-        lastEventAt: result.lastEventAt,
-      });
+      await recordPoll(deps, { ok: true, behind: result.full, lastEventAt: result.lastEventAt });
       if (!result.full) await sleep(source.poll_interval_ms, signal);
     } catch (err) {
       ahead?.abort();
@@ -90,7 +86,7 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
         behind: false,
         error: err,
       });
-      await deps.sourceState.recordPoll(source.name, { ok: false, behind: false, error: errorMessage(err) });
+      await recordPoll(deps, { ok: false, behind: false, error: errorMessage(err) });
       // Wrong credentials: at most once per poll interval, backing off to minutes; never a tight loop.
       const delay =
         err instanceof UpstreamAuthError
@@ -110,6 +106,15 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
     }
   }
   ahead?.abort();
+}
+
+/** The outcome is for `status` and /readyz only: failing to record it (Redis briefly away) must not fail the poll. */
+async function recordPoll(deps: PollerDeps, outcome: PollOutcome): Promise<void> {
+  try {
+    await deps.sourceState.recordPoll(deps.source.name, outcome);
+  } catch (err) {
+    deps.logger.warn({ err: errorMessage(err) }, 'cannot record the poll outcome for status');
+  }
 }
 
 function isAbort(err: unknown): boolean {

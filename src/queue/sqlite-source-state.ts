@@ -1,5 +1,5 @@
-// Source state and leases kept in the SQLite store: the local driver's, and (until poller state
-// moves to Redis) the bullmq driver's cursors. The store is synchronous; the seam is not.
+// Source state and leases kept in the SQLite store: the local driver's (the bullmq driver keeps
+// them in Redis). The store is synchronous; the seam is not.
 import type { CursorStore } from '../store/cursors.js';
 import type { SqliteSourceLocks } from '../store/source-lock.js';
 import type { PollOutcome, SourceLeases, SourceState } from './driver.js';

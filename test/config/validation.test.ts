@@ -26,6 +26,8 @@ describe('defaults', () => {
       retain_completed_ms: 86400000,
       retain_completed_count: 10000,
       shards: 8,
+      lease_ttl_ms: 15000,
+      allow_volatile_redis: false,
     });
     expect(config.sources[0]).toEqual({
       name: 'sched',

@@ -1,7 +1,8 @@
 // status, cursor and dlq with the BullMQ driver: a real redis-server, a `feedsync poll` child
 // (nobody delivering, so changes pile up and the sources fall behind), then a `feedsync run` child
-// with a sink that dead-letters some changes.
-import Database from 'better-sqlite3';
+// with a sink that dead-letters some changes. Scaled mode keeps cursors and poll status in Redis:
+// no store file is ever written.
+import { Redis } from 'ioredis';
 import { existsSync, rmSync, writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -17,7 +18,13 @@ const EVERY = 7;
 const SERVICES = ['scheduling', 'workflow'] as const;
 
 interface StatusJson {
-  sources: { source: string; cursor: number | null; state: string; last_successful_poll_at: string | null }[];
+  sources: {
+    source: string;
+    cursor: number | null;
+    state: string;
+    last_successful_poll_at: string | null;
+    polled_by: string | null;
+  }[];
   sinks: { sink: string; queued: number; in_flight: number; delayed: number; dead: number }[];
 }
 
@@ -71,29 +78,28 @@ describe('feedsync poll (bullmq, no workers)', () => {
   });
 
   it('status --json: sources behind with a cursor, sinks with queued changes and nothing in flight', async () => {
-    // Watch the store directly (cheap) until both sources were polled into back-pressure, then ask
-    // the CLI once.
-    const storePath = join(dir, 'opsA.db');
-    await waitFor(
-      () => {
-        if (!existsSync(storePath)) return false;
-        const db = new Database(storePath, { readonly: true });
-        try {
-          // The file exists before the poller's migrations commit.
-          if ((db.pragma('user_version', { simple: true }) as number) === 0) return false;
-          const rows = db.prepare('SELECT behind FROM source_status').all() as { behind: number }[];
-          return rows.length === 2 && rows.every((r) => r.behind === 1);
-        } finally {
-          db.close();
-        }
-      },
-      30_000,
-      'both sources to be polled and behind',
-    );
+    // Watch Redis directly (cheap) until both sources were polled into back-pressure, then ask the
+    // CLI once.
+    const client = new Redis(redis.url);
+    let behind: (string | null)[] = [];
+    try {
+      await waitFor(
+        async () => {
+          behind = await Promise.all(SERVICES.map((s) => client.hget(`{opsA}:source:${s}`, 'behind')));
+          return behind.every((b) => b === '1');
+        },
+        30_000,
+        'both sources to be polled and behind',
+      );
+    } finally {
+      client.disconnect();
+    }
+    expect(existsSync(join(dir, 'opsA.db')), 'poll wrote no store file').toBe(false);
     const r = await a.cli('status', '--json');
     expect(r.code, r.stderr).toBe(0);
     const status = JSON.parse(r.stdout) as StatusJson;
     expect(status.sources.map((s) => s.state)).toEqual(['behind', 'behind']);
+    expect(status.sources.map((s) => s.polled_by)).toEqual(SERVICES.map(() => `${hostname()}:${poller.pid}`));
     for (const s of status.sources) {
       const ids = sandbox.events(s.source as 'scheduling').map((e) => e.id);
       expect(s.cursor).toBeGreaterThanOrEqual(Math.min(...ids) + 40);
@@ -110,10 +116,11 @@ describe('feedsync poll (bullmq, no workers)', () => {
 
     const text = await a.cli('status');
     expect(text.stdout).toMatch(/^scheduling\s+\d+\s+behind/m);
+    expect(text.stdout).toContain(`scheduling: polled by ${hostname()}:${poller.pid}`);
     expect(text.stdout).toMatch(new RegExp(`^file\\s+${file.queued}\\s+0\\s+0\\s+0\\s+0$`, 'm'));
   });
 
-  it('cursor set / reset refuse with exit 1 naming the holder while the poller holds the Redis lock', async () => {
+  it('cursor set / reset refuse with exit 1 naming the holder while the poller holds the Redis lease', async () => {
     const [set, reset, unknown] = await Promise.all([
       a.cli('cursor', 'set', 'scheduling', '3'),
       a.cli('cursor', 'reset', 'workflow', '--to', 'latest'),

@@ -48,7 +48,6 @@ function harness(config: QueueConfig, sinks: Record<string, RecordingSink>): Har
   const producer = createBullmqProducer({
     queue: config,
     sinks: names.map((name) => ({ name, filter: ANY })),
-    saveCursor: () => undefined,
     logger: silentLogger,
   });
   const admin = createBullmqAdmin({ queue: config, sinkNames: names });
@@ -181,7 +180,6 @@ describe('bullmq slices', () => {
     const producer = createBullmqProducer({
       queue: config,
       sinks: [{ name: 'hook', filter: ANY }],
-      saveCursor: () => undefined,
       logger: silentLogger,
     });
     const admin = createBullmqAdmin({ queue: config, sinkNames: ['hook'] });

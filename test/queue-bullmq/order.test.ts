@@ -96,7 +96,6 @@ async function checkOrder(
   const producer = createBullmqProducer({
     queue: config,
     sinks: [{ name: 'mirror', filter: ANY }],
-    saveCursor: () => undefined,
     logger: silentLogger,
   });
   try {

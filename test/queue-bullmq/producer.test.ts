@@ -35,18 +35,24 @@ afterAll(async () => {
 function producerFor(
   config: ReturnType<typeof queueConfig>,
   sinks: { name: string; filter?: typeof ANY }[],
-  saved: string[],
 ): BullmqProducer {
   const producer = createBullmqProducer({
     queue: config,
     sinks: sinks.map((s) => ({ name: s.name, filter: s.filter ?? ANY })),
-    saveCursor: (source, cursor) => {
-      saved.push(`${source}@${cursor}`);
-    },
     logger: silentLogger,
   });
   cleanups.push(() => producer.close());
   return producer;
+}
+
+/** The cursor the producer wrote to Redis for `source` (null: none). */
+function cursorIn(config: ReturnType<typeof queueConfig>, source = 'scheduling'): Promise<string | null> {
+  return inspector.hget(`{${config.prefix}}:source:${source}`, 'cursor');
+}
+
+/** Pages and slice jobs committed so far (one count per commit, whatever replays happened). */
+async function commitStats(config: ReturnType<typeof queueConfig>): Promise<Record<string, string>> {
+  return inspector.hgetall(`{${config.prefix}}:commit-stats`);
 }
 
 function deliveryFor(
@@ -64,15 +70,16 @@ function deliveryFor(
 }
 
 describe('bullmq producer', () => {
-  it('queues every change for every sink, then saves the cursor; each reaches its sink once', async () => {
+  it('queues every change for every sink and saves the cursor in one commit; each reaches its sink once', async () => {
     const config = queueConfig(redis.url);
-    const saved: string[] = [];
-    const producer = producerFor(config, [{ name: 'file' }, { name: 'hook' }], saved);
+    const producer = producerFor(config, [{ name: 'file' }, { name: 'hook' }]);
     const changes = range(1, 30).map((id) => makeChange(id));
 
     const queued = await producer.commitPage({ source: 'scheduling', changes, cursor: 30, seenAbove: [] });
     expect(queued).toEqual({ file: 30, hook: 30 });
-    expect(saved).toEqual(['scheduling@30']);
+    expect(await cursorIn(config)).toBe('30');
+    const slices = (await sliceJobs(config, 'file')).length + (await sliceJobs(config, 'hook')).length;
+    expect(await commitStats(config)).toEqual({ pages: '1', slices: String(slices) });
     expect(await producer.maxBacklog()).toBe(30);
 
     const file = new RecordingSink();
@@ -93,7 +100,7 @@ describe('bullmq producer', () => {
 
   it('lays keys out under the {prefix} hash tag, one queue per sink and shard, slice job id = first+last key+digest', async () => {
     const config = queueConfig(redis.url, { shards: 2 });
-    const producer = producerFor(config, [{ name: 'hook' }], []);
+    const producer = producerFor(config, [{ name: 'hook' }]);
     await producer.commitPage({
       source: 'scheduling',
       changes: [makeChange(123457)],
@@ -102,7 +109,11 @@ describe('bullmq producer', () => {
     });
     const keys = await inspector.keys(`*${config.prefix}*`);
     expect(keys.length).toBeGreaterThan(0);
-    for (const key of keys) expect(key.startsWith(`{${config.prefix}}:hook.`)).toBe(true);
+    // Queues, and the source's cursor and the commit counters beside them: one hash slot.
+    const others = [`{${config.prefix}}:source:scheduling`, `{${config.prefix}}:commit-stats`];
+    for (const key of keys)
+      expect(key.startsWith(`{${config.prefix}}:hook.`) || others.includes(key), key).toBe(true);
+    expect(keys).toEqual(expect.arrayContaining(others));
     const jobKeys = keys.filter((k) => /:scheduling~123457\+scheduling~123457\+[0-9a-f]{8}$/.test(k));
     expect(jobKeys).toHaveLength(1);
     expect(jobKeys[0]).toMatch(
@@ -114,7 +125,7 @@ describe('bullmq producer', () => {
 
   it('makes at most one job per shard and sink for a page, in feed order; a replayed page adds nothing', async () => {
     const config = queueConfig(redis.url, { shards: 4 });
-    const producer = producerFor(config, [{ name: 'file' }, { name: 'hook' }], []);
+    const producer = producerFor(config, [{ name: 'file' }, { name: 'hook' }]);
     // 40 changes of 12 subjects: several per subject, spread over the 4 shards.
     const changes = range(1, 40).map((id) => makeChange(id, { subject: `s${id % 12}` }));
     await producer.commitPage({ source: 'scheduling', changes, cursor: 40, seenAbove: [] });
@@ -146,11 +157,10 @@ describe('bullmq producer', () => {
 
   it('estimates the backlog in changes from queued slices (no worker running)', async () => {
     const config = queueConfig(redis.url, { shards: 4 });
-    const producer = producerFor(
-      config,
-      [{ name: 'all' }, { name: 'rules', filter: { ...ANY, resource_types: ['rule'] } }],
-      [],
-    );
+    const producer = producerFor(config, [
+      { name: 'all' },
+      { name: 'rules', filter: { ...ANY, resource_types: ['rule'] } },
+    ]);
     expect(await producer.maxBacklog()).toBe(0);
     let queuedChanges = 0;
     for (let page = 0; page < 3; page++) {
@@ -172,8 +182,7 @@ describe('bullmq producer', () => {
   });
   it('re-adding the same page (crash replay) creates no duplicate job and no duplicate delivery', async () => {
     const config = queueConfig(redis.url);
-    const saved: string[] = [];
-    const producer = producerFor(config, [{ name: 'file' }], saved);
+    const producer = producerFor(config, [{ name: 'file' }]);
     const changes = range(100, 20).map((id) => makeChange(id));
     await producer.commitPage({ source: 'scheduling', changes, cursor: 119, seenAbove: [] });
     await producer.commitPage({ source: 'scheduling', changes, cursor: 119, seenAbove: [] });
@@ -187,20 +196,19 @@ describe('bullmq producer', () => {
     await new Promise((r) => setTimeout(r, 300));
     expect(file.keys()).toHaveLength(20);
     expect(new Set(file.keys()).size).toBe(20);
-    expect(saved).toEqual(['scheduling@119', 'scheduling@119', 'scheduling@119']);
+    expect(await cursorIn(config)).toBe('119');
+    // The replays found their cursor in Redis already: the page counts once, its slice once.
+    const slices = (await sliceJobs(config, 'file')).length;
+    expect(await commitStats(config)).toEqual({ pages: '1', slices: String(slices) });
   });
 
   it('routes only the changes that pass each sink filter', async () => {
     const config = queueConfig(redis.url);
-    const producer = producerFor(
-      config,
-      [
-        { name: 'titles', filter: { ...ANY, event_types: ['title_updated'] } },
-        { name: 'rules', filter: { ...ANY, resource_types: ['rule'] } },
-        { name: 'other-source', filter: { ...ANY, sources: ['workflow'] } },
-      ],
-      [],
-    );
+    const producer = producerFor(config, [
+      { name: 'titles', filter: { ...ANY, event_types: ['title_updated'] } },
+      { name: 'rules', filter: { ...ANY, resource_types: ['rule'] } },
+      { name: 'other-source', filter: { ...ANY, sources: ['workflow'] } },
+    ]);
     const changes = [
       makeChange(1),
       makeChange(2, { eventType: 'rule_created' }),
@@ -227,7 +235,7 @@ describe('bullmq producer', () => {
 
   it('keeps feed order inside a shard (shards: 1 gives the whole feed order)', async () => {
     const config = queueConfig(redis.url, { shards: 1, concurrency: 1 });
-    const producer = producerFor(config, [{ name: 'file' }], []);
+    const producer = producerFor(config, [{ name: 'file' }]);
     const changes = range(1, 25).map((id) => makeChange(id, { subject: `s${id % 5}` }));
     await producer.commitPage({
       source: 'scheduling',
@@ -251,10 +259,11 @@ describe('bullmq producer', () => {
     const own = await startRedis();
     try {
       const config = queueConfig(own.url);
-      const saved: string[] = [];
-      const producer = producerFor(config, [{ name: 'file' }], saved);
+      const producer = producerFor(config, [{ name: 'file' }]);
       await producer.commitPage({ source: 'scheduling', changes: [makeChange(1)], cursor: 1, seenAbove: [] });
-      expect(saved).toEqual(['scheduling@1']);
+      const reader = new Redis(own.url);
+      expect(await reader.hget(`{${config.prefix}}:source:scheduling`, 'cursor')).toBe('1');
+      reader.disconnect();
 
       await own.stop();
       const started = Date.now();
@@ -266,9 +275,8 @@ describe('bullmq producer', () => {
           seenAbove: [],
         }),
       ).rejects.toThrow(/cannot queue page of source scheduling/);
-      // Fails fast (no offline buffering), and the cursor did not move.
+      // Fails fast (no offline buffering); cursor and jobs are one transaction, so neither moved.
       expect(Date.now() - started).toBeLessThan(5_000);
-      expect(saved).toEqual(['scheduling@1']);
     } finally {
       await own.stop();
     }
@@ -277,13 +285,9 @@ describe('bullmq producer', () => {
   it('rejects promptly when Redis is unreachable from the start', async () => {
     const down = await startRedis();
     await down.stop();
-    const saved: string[] = [];
     const producer = createBullmqProducer({
       queue: queueConfig(down.url),
       sinks: [{ name: 'file', filter: ANY }],
-      saveCursor: (source, cursor) => {
-        saved.push(`${source}@${cursor}`);
-      },
       logger: silentLogger,
       addTimeoutMs: 1_000,
     });
@@ -293,15 +297,13 @@ describe('bullmq producer', () => {
       producer.commitPage({ source: 'scheduling', changes: [makeChange(1)], cursor: 1, seenAbove: [] }),
     ).rejects.toThrow(/cannot queue page of source scheduling.*no answer from redis within 1000 ms/);
     expect(Date.now() - started).toBeLessThan(3_000);
-    expect(saved).toEqual([]);
   });
 
   it('does not save the cursor when one add of the page fails (error names the source)', async () => {
     const config = queueConfig(redis.url, { shards: 1 });
-    const saved: string[] = [];
-    const producer = producerFor(config, [{ name: 'file' }, { name: 'hook' }], saved);
-    // Redis refuses writes to hook's shard: its events stream key holds a string (WRONGTYPE).
-    await inspector.set(`{${config.prefix}}:hook.0:events`, 'not a stream');
+    const producer = producerFor(config, [{ name: 'file' }, { name: 'hook' }]);
+    // Redis refuses adds to hook's shard: its job counter holds a non-integer (INCR fails).
+    await inspector.set(`{${config.prefix}}:hook.0:id`, 'not a number');
     await expect(
       producer.commitPage({
         source: 'scheduling',
@@ -310,6 +312,8 @@ describe('bullmq producer', () => {
         seenAbove: [],
       }),
     ).rejects.toThrow(/cannot queue page of source scheduling \(cursor 5\)/);
-    expect(saved).toEqual([]);
+    // MULTI does not roll back the add that did succeed, but the cursor script refuses to move.
+    expect(await cursorIn(config)).toBeNull();
+    expect(await commitStats(config)).toEqual({});
   });
 });

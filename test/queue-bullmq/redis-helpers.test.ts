@@ -8,14 +8,20 @@ import {
   keyForJobId,
   shardOf,
   shardQueueName,
-  sourceLockKey,
+  commitStatsKey,
+  leaseKey,
+  leaseTokenKey,
+  pollersKey,
+  sourceStateKey,
 } from '../../src/queue/bullmq/names.js';
 import { createBullmqProducer } from '../../src/queue/bullmq/producer.js';
 import {
+  assertRedisPersists,
   checkRedisPolicy,
   closeRedis,
   createRedisConnection,
   pingRedis,
+  readRedisPersistence,
   redactRedisUrl,
 } from '../../src/queue/bullmq/redis.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
@@ -63,9 +69,9 @@ describe('redis helpers', () => {
 
   it('requires queue.redis_url for the bullmq producer', () => {
     const config = { ...queueConfig(redis.url), redis_url: undefined };
-    expect(() =>
-      createBullmqProducer({ queue: config, sinks: [], saveCursor: () => undefined, logger: silentLogger }),
-    ).toThrow(/queue\.redis_url: required/);
+    expect(() => createBullmqProducer({ queue: config, sinks: [], logger: silentLogger })).toThrow(
+      /queue\.redis_url: required/,
+    );
   });
 
   it('rejects a sink name BullMQ cannot use as a queue name', () => {
@@ -73,7 +79,7 @@ describe('redis helpers', () => {
       createBullmqProducer({
         queue: queueConfig(redis.url),
         sinks: [{ name: 'bad:name', filter: ANY }],
-        saveCursor: () => undefined,
+
         logger: silentLogger,
       }),
     ).toThrow(/sink "bad:name"/);
@@ -137,6 +143,61 @@ describe('queue naming', () => {
     expect(jobIdForKey('scheduling:123457')).toBe('scheduling~123457');
     expect(keyForJobId('scheduling~123457')).toBe('scheduling:123457');
     expect(shardQueueName('hook', 3)).toBe('hook.3');
-    expect(sourceLockKey('feedsync', 'workflow')).toBe('{feedsync}:source-lock:workflow');
+    // Scaled mode's own keys share the queues' hash tag (one Redis Cluster slot).
+    expect(leaseKey('feedsync', 'workflow')).toBe('{feedsync}:lease:workflow');
+    expect(leaseTokenKey('feedsync', 'workflow')).toBe('{feedsync}:lease-token:workflow');
+    expect(sourceStateKey('feedsync', 'workflow')).toBe('{feedsync}:source:workflow');
+    expect(pollersKey('feedsync')).toBe('{feedsync}:pollers');
+    expect(commitStatsKey('feedsync')).toBe('{feedsync}:commit-stats');
+  });
+
+  it('tells a persisting Redis (AOF or RDB save points) from a volatile one, and refuses the latter', async () => {
+    const aof = await startRedis({ appendonly: true, snapshots: false });
+    const volatile = await startRedis({ snapshots: false });
+    try {
+      expect(await readRedisPersistence(redis.url, silentLogger)).toMatchObject({ persists: true });
+      expect(await readRedisPersistence(aof.url, silentLogger)).toEqual({
+        persists: true,
+        detail: 'CONFIG: appendonly yes, save ""',
+      });
+      expect(await readRedisPersistence(volatile.url, silentLogger)).toEqual({
+        persists: false,
+        detail: 'CONFIG: appendonly no, save ""',
+      });
+      await expect(assertRedisPersists(volatile.url, false, silentLogger)).rejects.toThrow(
+        /does not persist its data.*appendonly yes.*queue\.allow_volatile_redis: true/s,
+      );
+      await expect(assertRedisPersists(volatile.url, true, silentLogger)).resolves.toBeUndefined();
+      await expect(assertRedisPersists(aof.url, false, silentLogger)).resolves.toBeUndefined();
+      // Unreachable: not knowing is a refusal too, without the password in the message.
+      await volatile.stop();
+      const withPassword = volatile.url.replace('redis://', 'redis://:hunter2@');
+      const refusal = assertRedisPersists(withPassword, true, silentLogger);
+      await expect(refusal).rejects.toThrow(
+        /^cannot check that Redis at redis:\/\/127\.0\.0\.1:\d+\/? persists its data: /,
+      );
+      await expect(refusal).rejects.not.toThrow(/hunter2/);
+    } finally {
+      await Promise.all([aof.stop(), volatile.stop()]);
+    }
+  });
+
+  it('judges persistence from INFO when CONFIG is forbidden (managed Redis)', async () => {
+    const managed = await startRedis({ snapshots: false });
+    const client = new Redis(managed.url);
+    try {
+      // Managed services rename or disable CONFIG; an ACL user without it behaves the same.
+      await client.acl('SETUSER', 'app', 'on', '>pw', '~*', '&*', '+@all', '-config');
+      const url = `redis://app:pw@127.0.0.1:${managed.port}`;
+      expect(await readRedisPersistence(url, silentLogger)).toEqual({
+        persists: false,
+        detail: 'INFO persistence: aof_enabled 0, rdb_saves 0',
+      });
+      await client.config('SET', 'appendonly', 'yes');
+      expect(await readRedisPersistence(url, silentLogger)).toMatchObject({ persists: true });
+    } finally {
+      client.disconnect();
+      await managed.stop();
+    }
   });
 });

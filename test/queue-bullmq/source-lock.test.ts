@@ -1,16 +1,27 @@
+// Source leases of scaled mode (src/queue/bullmq/lease.ts): one holder per source, a fencing token
+// per acquisition that page commits check, renewal, loss, and spreading sources over replicas.
 import { Redis } from 'ioredis';
-import { pino } from 'pino';
-import { Writable } from 'node:stream';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { acquireSourceLock, readSourceLockOwner } from '../../src/queue/bullmq/source-lock.js';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import {
+  createRedisSourceLeases,
+  readLeaseHolder,
+  type RedisSourceLeases,
+} from '../../src/queue/bullmq/lease.js';
+import { LeaseFencedError } from '../../src/queue/bullmq/page-commit.js';
+import { createBullmqProducer } from '../../src/queue/bullmq/producer.js';
+import type { HeldLock } from '../../src/queue/driver.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
-import { silentLogger } from './support.js';
+import { ANY, makeChange, queueConfig, silentLogger, sliceJobs } from './support.js';
 
 let redis: RedisServer;
 let inspector: Redis;
+const cleanups: (() => Promise<unknown>)[] = [];
 beforeAll(async () => {
   redis = await startRedis();
   inspector = new Redis(redis.url);
+});
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 afterAll(async () => {
   inspector.disconnect();
@@ -18,112 +29,170 @@ afterAll(async () => {
 });
 
 let n = 0;
-const freshPrefix = (): string => `lock-${process.pid}-${++n}`;
+const freshPrefix = (): string => `lease-${process.pid}-${++n}`;
+const never = new AbortController().signal;
 
-function capturingLogger(lines: string[]) {
-  return pino(
-    { level: 'info' },
-    new Writable({
-      write(chunk: Buffer, _enc, cb) {
-        lines.push(chunk.toString('utf8'));
-        cb();
-      },
-    }),
-  );
+function leasesFor(
+  prefix: string,
+  owner: string,
+  opts: { sources?: string[]; ttlMs?: number; redisUrl?: string } = {},
+): RedisSourceLeases {
+  const leases = createRedisSourceLeases({
+    redisUrl: opts.redisUrl ?? redis.url,
+    prefix,
+    sources: opts.sources ?? ['scheduling', 'workflow'],
+    ttlMs: opts.ttlMs ?? 3_000,
+    owner,
+    logger: silentLogger,
+  });
+  cleanups.push(() => leases.close());
+  return leases;
 }
 
-describe('bullmq source lock', () => {
-  it('makes a second acquirer wait until the first releases', async () => {
-    const prefix = freshPrefix();
-    const base = { redisUrl: redis.url, prefix, source: 'scheduling', ttlMs: 3_000, pollMs: 50 };
-    const first = await acquireSourceLock({ ...base, owner: 'host-a:1', logger: silentLogger });
-    expect(await inspector.get(`{${prefix}}:source-lock:scheduling`)).toBe('host-a:1');
-    expect(await readSourceLockOwner(redis.url, prefix, 'scheduling')).toBe('host-a:1');
-
-    const lines: string[] = [];
-    let secondAcquired = false;
-    const secondPromise = acquireSourceLock({
-      ...base,
-      owner: 'host-b:2',
-      logger: capturingLogger(lines),
-    }).then((l) => {
-      secondAcquired = true;
-      return l;
+function lostWithin(lock: HeldLock, ms: number): Promise<void> {
+  if (lock.lost.aborted) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`lost did not fire within ${ms} ms`)), ms);
+    lock.lost.addEventListener('abort', () => {
+      clearTimeout(timer);
+      resolve();
     });
-    await new Promise((r) => setTimeout(r, 300));
-    expect(secondAcquired).toBe(false);
-    const waiting = lines.filter((l) => l.includes('waiting for source scheduling held by host-a:1'));
-    expect(waiting).toHaveLength(1); // logged once, not once per poll
+  });
+}
+
+describe('bullmq source leases', () => {
+  it('makes a second replica wait, naming the holder once, until the first releases', async () => {
+    const prefix = freshPrefix();
+    const a = leasesFor(prefix, 'host-a:1');
+    const b = leasesFor(prefix, 'host-b:2');
+    const first = (await a.acquire('scheduling', never, () => undefined))!;
+    expect(await inspector.get(`{${prefix}}:lease:scheduling`)).toBe('1 host-a:1');
+    expect(await b.holder('scheduling')).toBe('host-a:1');
+    expect(await readLeaseHolder(inspector, prefix, 'scheduling')).toBe('host-a:1');
+
+    const waits: string[] = [];
+    let acquired = false;
+    const second = b
+      .acquire('scheduling', never, (holder) => waits.push(holder))
+      .then((l) => {
+        acquired = true;
+        return l;
+      });
+    await new Promise((r) => setTimeout(r, 1_000));
+    expect(acquired).toBe(false);
+    expect(waits).toEqual(['host-a:1']); // once, not once per retry
 
     await first.release();
     await first.release(); // idempotent
-    const second = await secondPromise;
-    expect(await readSourceLockOwner(redis.url, prefix, 'scheduling')).toBe('host-b:2');
-    expect(second.lost.aborted).toBe(false);
-    await second.release();
-    expect(await readSourceLockOwner(redis.url, prefix, 'scheduling')).toBeNull();
-  });
-
-  it('renews while held, and a crashed holder lets the next one in once the TTL lapses', async () => {
-    const prefix = freshPrefix();
-    const base = { redisUrl: redis.url, prefix, source: 'workflow', ttlMs: 600, pollMs: 50 };
-    const held = await acquireSourceLock({ ...base, owner: 'a', logger: silentLogger });
-    await new Promise((r) => setTimeout(r, 1_200)); // two TTLs: only renewal keeps it
-    expect(await readSourceLockOwner(redis.url, prefix, 'workflow')).toBe('a');
-    expect(held.lost.aborted).toBe(false);
-
-    // Simulate a crashed holder: a key nobody renews.
-    await held.release();
-    await inspector.set(`{${prefix}}:source-lock:workflow`, 'crashed', 'PX', 600);
-    const t0 = Date.now();
-    const next = await acquireSourceLock({ ...base, owner: 'b', logger: silentLogger });
-    expect(Date.now() - t0).toBeGreaterThanOrEqual(300);
-    expect(await readSourceLockOwner(redis.url, prefix, 'workflow')).toBe('b');
-    await next.release();
-  });
-
-  it("fires `lost` when the key is stolen, and release does not delete the thief's key", async () => {
-    const prefix = freshPrefix();
-    const key = `{${prefix}}:source-lock:scheduling`;
-    const lock = await acquireSourceLock({
-      redisUrl: redis.url,
-      prefix,
-      source: 'scheduling',
-      owner: 'me',
-      ttlMs: 600,
-      logger: silentLogger,
-    });
-    await inspector.set(key, 'thief', 'PX', 10_000);
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error('lost did not fire')), 2_000);
-      lock.lost.addEventListener('abort', () => {
-        clearTimeout(timer);
-        resolve();
-      });
-    });
+    const lock = (await second)!;
+    expect(await b.holder('scheduling')).toBe('host-b:2');
+    // A new acquisition, a new (larger) fencing token.
+    expect(b.fence('scheduling')?.token).toBe(2);
+    expect(a.fence('scheduling')).toBeUndefined();
     await lock.release();
-    expect(await inspector.get(key)).toBe('thief');
+    expect(await b.holder('scheduling')).toBeUndefined();
+  });
+
+  it('renews while held; a holder that stops renewing (crashed) lets the next one in after the TTL', async () => {
+    const prefix = freshPrefix();
+    const crashed = leasesFor(prefix, 'crashed', { ttlMs: 1_000 });
+    const held = (await crashed.acquire('workflow', never, () => undefined))!;
+    await new Promise((r) => setTimeout(r, 2_200)); // two TTLs: only renewal keeps it
+    expect(await crashed.holder('workflow')).toBe('crashed');
+    expect(held.lost.aborted).toBe(false);
+    // Stop its renewals the way a kill -9 would (no release): make its lease key look foreign.
+    await inspector.set(`{${prefix}}:lease:workflow`, '1 crashed-for-good', 'PX', 1_000);
+    const next = leasesFor(prefix, 'next', { ttlMs: 1_000 });
+    const t0 = Date.now();
+    const lock = (await next.acquire('workflow', never, () => undefined))!;
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(500);
+    expect(await next.holder('workflow')).toBe('next');
+    expect(next.fence('workflow')!.token).toBe(2);
+    await lostWithin(held, 2_000); // the old holder's renewal found a foreign value
+    await lock.release();
+  });
+
+  it('fences page commits: an old holder whose lease was taken writes neither jobs nor cursor', async () => {
+    const config = queueConfig(redis.url);
+    const a = leasesFor(config.prefix, 'old', { ttlMs: 15_000 });
+    const b = leasesFor(config.prefix, 'new', { ttlMs: 15_000 });
+    const producerOf = (leases: RedisSourceLeases) => {
+      const p = createBullmqProducer({
+        queue: config,
+        sinks: [{ name: 'file', filter: ANY }],
+        leases,
+        logger: silentLogger,
+      });
+      cleanups.push(() => p.close());
+      return p;
+    };
+    const oldProducer = producerOf(a);
+    const newProducer = producerOf(b);
+    const oldLock = (await a.acquire('scheduling', never, () => undefined))!;
+    await oldProducer.commitPage({
+      source: 'scheduling',
+      changes: [makeChange(1)],
+      cursor: 1,
+      seenAbove: [],
+    });
+
+    // The old holder is paused past its TTL (simulated: its key expires) and another replica takes it.
+    await inspector.del(`{${config.prefix}}:lease:scheduling`);
+    await b.acquire('scheduling', never, () => undefined);
+    await newProducer.commitPage({
+      source: 'scheduling',
+      changes: [makeChange(2)],
+      cursor: 2,
+      seenAbove: [],
+    });
+
+    // The old one wakes up before its renewal noticed: it still believes it holds the lease.
+    expect(a.fence('scheduling')).toBeDefined();
+    await expect(
+      oldProducer.commitPage({ source: 'scheduling', changes: [makeChange(3)], cursor: 3, seenAbove: [] }),
+    ).rejects.toThrow(LeaseFencedError);
+    expect(oldLock.lost.aborted).toBe(true);
+    expect(await inspector.hget(`{${config.prefix}}:source:scheduling`, 'cursor')).toBe('2');
+    const ids = (await sliceJobs(config, 'file')).flatMap((j) => j.changes.map((c) => c.event_id));
+    expect(ids.sort()).toEqual([1, 2]);
+    expect(await inspector.hgetall(`{${config.prefix}}:commit-stats`)).toEqual({ pages: '2', slices: '2' });
+    // And a producer with leases never commits for a source it does not hold.
+    await expect(
+      oldProducer.commitPage({ source: 'workflow', changes: [makeChange(4)], cursor: 4, seenAbove: [] }),
+    ).rejects.toThrow(/does not hold the lease/);
+  });
+
+  it('spreads sources: a replica holding more than ceil(sources / replicas) hands one over', async () => {
+    const prefix = freshPrefix();
+    const sources = ['s1', 's2', 's3'];
+    const a = leasesFor(prefix, 'a', { sources, ttlMs: 1_000 });
+    const aLocks = await Promise.all(sources.map((s) => a.acquire(s, never, () => undefined)));
+    expect(a.held().sort()).toEqual(sources);
+    const b = leasesFor(prefix, 'b', { sources, ttlMs: 1_000 });
+    const bLocks: HeldLock[] = [];
+    for (const s of sources) void b.acquire(s, never, () => undefined).then((l) => l && bLocks.push(l));
+    // a sees two replicas (share 2 of 3) and lets its longest-held lease go; its poller would
+    // then release it, as the daemon does.
+    const handedOver = await Promise.race(aLocks.map((lock, i) => lostWithin(lock!, 5_000).then(() => i)));
+    await aLocks[handedOver]!.release();
+    const deadline = Date.now() + 5_000;
+    while (b.held().length < 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(b.held()).toEqual([sources[handedOver]]);
+    expect(a.held()).toHaveLength(2);
+    // Stable: no further hand-over once both are at their share.
+    await new Promise((r) => setTimeout(r, 1_500));
+    expect(a.held()).toHaveLength(2);
+    expect(b.held()).toHaveLength(1);
+    for (const lock of bLocks) await lock.release();
   });
 
   it('fires `lost` when Redis stays unreachable for longer than the TTL', async () => {
     const own = await startRedis();
     try {
-      const lock = await acquireSourceLock({
-        redisUrl: own.url,
-        prefix: freshPrefix(),
-        source: 's',
-        owner: 'me',
-        ttlMs: 600,
-        logger: silentLogger,
-      });
+      const leases = leasesFor(freshPrefix(), 'me', { ttlMs: 1_000, redisUrl: own.url });
+      const lock = (await leases.acquire('scheduling', never, () => undefined))!;
       own.kill();
-      await new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error('lost did not fire')), 3_000);
-        lock.lost.addEventListener('abort', () => {
-          clearTimeout(timer);
-          resolve();
-        });
-      });
+      await lostWithin(lock, 3_000);
       await lock.release();
     } finally {
       await own.stop();
@@ -132,17 +201,11 @@ describe('bullmq source lock', () => {
 
   it('stops waiting when the signal aborts', async () => {
     const prefix = freshPrefix();
-    const base = { redisUrl: redis.url, prefix, source: 'scheduling', ttlMs: 3_000, pollMs: 50 };
-    const first = await acquireSourceLock({ ...base, owner: 'a', logger: silentLogger });
+    const a = leasesFor(prefix, 'a');
+    const b = leasesFor(prefix, 'b');
+    await a.acquire('scheduling', never, () => undefined);
     const controller = new AbortController();
-    const waiting = acquireSourceLock({
-      ...base,
-      owner: 'b',
-      logger: silentLogger,
-      signal: controller.signal,
-    });
-    setTimeout(() => controller.abort(), 200);
-    await expect(waiting).rejects.toThrow(/gave up waiting for the lock of source scheduling/);
-    await first.release();
+    setTimeout(() => controller.abort(), 300);
+    expect(await b.acquire('scheduling', controller.signal, () => undefined)).toBeUndefined();
   });
 });

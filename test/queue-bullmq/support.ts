@@ -31,6 +31,8 @@ export function queueConfig(redisUrl: string, overrides: Partial<QueueConfig> = 
     retain_completed_ms: 3_600_000,
     retain_completed_count: 100_000,
     shards: 4,
+    lease_ttl_ms: 15_000,
+    allow_volatile_redis: false,
     ...overrides,
   };
 }
@@ -202,7 +204,6 @@ export function producerFor(config: QueueConfig, name: string): BullmqProducer {
   return createBullmqProducer({
     queue: config,
     sinks: [{ name, filter: ANY }],
-    saveCursor: () => undefined,
     logger: silentLogger,
   });
 }

@@ -25,10 +25,11 @@ import {
   seedNote,
   sleep,
   stopGracefully,
-  storedCursor,
+  queuePrefix,
   testSeed,
   waitSourceLocks,
   waitStarted,
+  watchRedisCursors,
 } from './support.js';
 
 // Catch-up sizing: the sandbox's latency, not the machine's speed, paces the poller, so that the
@@ -100,7 +101,7 @@ describe(`bullmq: poll + 2 work under a kill -9 loop ${note}`, () => {
         subject_concurrency: 16,
       }));
       const configPath = writeConfig(dir, raw);
-      const storePath = join(dir, 'feedsync.db');
+      const cursors = watchRedisCursors(redis.url, queuePrefix(raw));
       const backlog = sandboxKeys(sandbox);
       let expected = backlog;
       const maxScheduling = Math.max(...sandbox.events('scheduling').map((e) => e.id));
@@ -134,7 +135,7 @@ describe(`bullmq: poll + 2 work under a kill -9 loop ${note}`, () => {
       for (const role of ROLES) procs[role] = start(role);
       const trace = progressTrace(
         () =>
-          `delivered ${delivered()}/${expected.length}, cursors scheduling ${storedCursor(storePath, 'scheduling')}/${maxScheduling} workflow ${storedCursor(storePath, 'workflow')}`,
+          `delivered ${delivered()}/${expected.length}, cursors scheduling ${cursors.get('scheduling')}/${maxScheduling} workflow ${cursors.get('workflow')}`,
       );
 
       const allDelivered = (keys: readonly string[], what: string): Promise<void> =>
@@ -186,7 +187,7 @@ describe(`bullmq: poll + 2 work under a kill -9 loop ${note}`, () => {
         const victim = procs[kill.victim];
         victim.signal('SIGKILL');
         const exit = await victim.waitForExit(5_000);
-        kill.cursor = storedCursor(storePath, 'scheduling') ?? 0;
+        kill.cursor = (await cursors.read('scheduling')) ?? 0;
         kill.delivered = delivered();
         kill.atS = ((Date.now() - t0) / 1000).toFixed(1);
         expect(exit.signal, `${kill.victim} had exited by itself:\n${victim.text().slice(-2000)}`).toBe(
@@ -226,6 +227,7 @@ describe(`bullmq: poll + 2 work under a kill -9 loop ${note}`, () => {
 
         await allDelivered(expected, 'every sandbox key');
         trace.stop();
+        cursors.stop();
 
         const changes = readJsonlFiles(dir, 'changes-');
         for (const change of changes) assertValidChange(change);
@@ -259,6 +261,7 @@ describe(`bullmq: poll + 2 work under a kill -9 loop ${note}`, () => {
         if (process.env.RB_TRACE) console.log(`${replay()}\n${trace.text()}`);
       } catch (err) {
         trace.stop();
+        cursors.stop();
         // Every failure names the seed and the kill plan so far, to replay the exact run.
         if (err instanceof Error) err.message = `${err.message}\n${replay()}`;
         throw err;

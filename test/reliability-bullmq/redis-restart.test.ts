@@ -16,8 +16,10 @@ import {
   seedNote,
   sleep,
   stopGracefully,
+  queuePrefix,
   testSeed,
   waitStarted,
+  watchRedisCursors,
 } from './support.js';
 
 const BACKLOG = 800;
@@ -42,13 +44,13 @@ describe(`bullmq: redis restart mid-run ${note}`, () => {
 
   it('loses nothing and no process crashes', { timeout: 150_000 }, async () => {
     const random = seededRandom(seed);
-    const configPath = writeConfig(
-      dir,
-      bullmqConfig(sandbox, dir, redis.url, {
-        shutdownTimeoutMs: SHUTDOWN_MS,
-        sinks: [{ name: 'file', type: 'jsonl', path: './changes-${WORKER_ID}.jsonl' }],
-      }),
-    );
+    const raw = bullmqConfig(sandbox, dir, redis.url, {
+      shutdownTimeoutMs: SHUTDOWN_MS,
+      sinks: [{ name: 'file', type: 'jsonl', path: './changes-${WORKER_ID}.jsonl' }],
+    });
+    const configPath = writeConfig(dir, raw);
+    // Scaled mode keeps the cursors in Redis: they must come back with it.
+    const cursors = watchRedisCursors(redis.url, queuePrefix(raw));
     const start = (mode: 'poll' | 'work', id: string) =>
       spawnCli([mode], {
         config: configPath,
@@ -71,6 +73,7 @@ describe(`bullmq: redis restart mid-run ${note}`, () => {
           (e) => Number(e.level) >= 40 && /ECONNRESET|ECONNREFUSED|closed|writeable/i.test(String(e.err)),
         ).length;
     const logsBefore = outageLogs();
+    const cursorsBefore = await Promise.all(['scheduling', 'workflow'].map((s) => cursors.read(s)));
     await redis.restart();
     const afterRestart = delivered();
     // A few more events appear while the processes reconnect: polled after the outage.
@@ -92,6 +95,11 @@ describe(`bullmq: redis restart mid-run ${note}`, () => {
     });
     trace.stop();
     expect(afterRestart, `the restart happened mid-run ${note}`).toBeLessThan(expected.length);
+    const cursorsAfter = await Promise.all(['scheduling', 'workflow'].map((s) => cursors.read(s)));
+    cursors.stop();
+    expect(cursorsBefore[0], `a scheduling cursor was saved before the restart ${note}`).toBeGreaterThan(0);
+    for (const [i, before] of cursorsBefore.entries())
+      expect(cursorsAfter[i]!, `cursor kept across the restart ${note}`).toBeGreaterThanOrEqual(before ?? 0);
     // Nobody crashed or gave up meanwhile.
     await sleep(200);
     for (const p of procs) expect(p.exit, `process ${p.pid} still running ${note}`).toBeUndefined();

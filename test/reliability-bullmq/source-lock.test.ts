@@ -1,6 +1,7 @@
-// One poller per source across `feedsync poll` replicas (docs/architecture.md, invariant 7): the second
-// replica waits for the Redis lock and does not poll; once the holder is killed with -9, it takes
-// over after the lock's TTL (15 s) and carries on from the stored cursor without losing a change.
+// One poller per source across `feedsync poll` replicas (ARCHITECTURE invariant 7): the second
+// replica waits for the Redis lease and does not poll; once the holder is killed with -9, it takes
+// over after the lease's TTL (queue.lease_ttl_ms, 3 s here) and carries on from the cursor in Redis
+// without losing a change.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { tempDir } from '../support/harness.js';
@@ -21,7 +22,7 @@ import {
   waitStarted,
 } from './support.js';
 
-const LOCK_TTL_MS = 15_000;
+const LOCK_TTL_MS = 3_000;
 const SHUTDOWN_MS = 5000;
 const seed = testSeed();
 const note = seedNote(seed);
@@ -62,6 +63,7 @@ describe(`bullmq: two poll processes on one source ${note}`, () => {
       bullmqConfig(sandbox, dir, redis.url, {
         services: ['scheduling'],
         shutdownTimeoutMs: SHUTDOWN_MS,
+        queue: { lease_ttl_ms: LOCK_TTL_MS },
         sinks: [{ name: 'file', type: 'jsonl', path: './changes.jsonl' }],
       }),
     );

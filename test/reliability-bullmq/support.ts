@@ -2,6 +2,7 @@
 // seeded random source that failure messages name, and the oracles (keys delivered, mirror state).
 import { Rng } from '../../src/sandbox/prng.js';
 import Database from 'better-sqlite3';
+import { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -88,21 +89,44 @@ export function missingKeys(expected: readonly string[], changes: readonly Chang
   return expected.filter((k) => !seen.has(k));
 }
 
-/** The cursor stored for `source`, or undefined; read-only, so it can run beside a live poller. */
-export function storedCursor(storePath: string, source: string): number | undefined {
-  if (!existsSync(storePath)) return undefined;
-  const db = new Database(storePath, { readonly: true, fileMustExist: true });
-  try {
-    db.pragma('busy_timeout = 2000');
-    const row = db.prepare('SELECT event_id FROM cursors WHERE source = ?').get(source) as
-      { event_id: number } | undefined;
-    return row?.event_id;
-  } catch {
-    // The poller may not have created the tables yet.
-    return undefined;
-  } finally {
-    db.close();
-  }
+/** The prefix a bullmqConfig() result uses (each test gets its own). */
+export function queuePrefix(raw: Record<string, unknown>): string {
+  return (raw.queue as { prefix: string }).prefix;
+}
+
+/**
+ * The cursors `feedsync poll` keeps in Redis (scaled mode has no store file), sampled every
+ * `everyMs` in the background so synchronous progress lines can show them.
+ */
+export function watchRedisCursors(
+  redisUrl: string,
+  prefix: string,
+  everyMs = 500,
+): {
+  get(source: string): number | undefined;
+  read(source: string): Promise<number | undefined>;
+  stop(): void;
+} {
+  const client = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
+  client.on('error', () => undefined);
+  const last = new Map<string, number>();
+  const read = async (source: string): Promise<number | undefined> => {
+    const value = await client.hget(`{${prefix}}:source:${source}`, 'cursor');
+    if (value === null) return undefined;
+    last.set(source, Number(value));
+    return Number(value);
+  };
+  const timer = setInterval(() => {
+    for (const source of ['scheduling', 'workflow']) read(source).catch(() => undefined);
+  }, everyMs);
+  return {
+    get: (source) => last.get(source),
+    read,
+    stop: () => {
+      clearInterval(timer);
+      client.disconnect();
+    },
+  };
 }
 
 type Json = null | boolean | number | string | Json[] | { [k: string]: Json };

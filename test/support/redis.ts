@@ -12,7 +12,7 @@ export interface RedisServer {
   port: number;
   /** Graceful shutdown (SIGTERM: with appendonly the AOF is flushed). Idempotent. */
   stop(): Promise<void>;
-  /** stop + start on the same port and dir; data is kept when appendonly is on. */
+  /** stop + start on the same port and dir; data is kept (AOF, or the RDB a graceful stop saves). */
   restart(): Promise<void>;
   /** SIGKILL, no flush. */
   kill(): void;
@@ -20,6 +20,12 @@ export interface RedisServer {
 
 export interface StartRedisOptions {
   appendonly?: boolean;
+  /**
+   * Without appendonly the server still has an RDB save point (one save an hour, so nothing is
+   * written during a test) unless this is false: `feedsync poll` refuses a Redis that persists
+   * nothing (queue.allow_volatile_redis), and only the test of that refusal wants one.
+   */
+  snapshots?: boolean;
   /** Require this password (AUTH); `url` then carries it. Local redis-server only. */
   requirepass?: string;
 }
@@ -30,9 +36,9 @@ const STOP_TIMEOUT_MS = 5_000;
 
 export async function startRedis(opts: StartRedisOptions = {}): Promise<RedisServer> {
   const bin = findRedisBinary();
-  if (bin) return startLocal(bin, opts.appendonly ?? false, opts.requirepass);
-  if (process.env.DOCKER_HOST || existsSync('/var/run/docker.sock'))
-    return startContainer(opts.appendonly ?? false);
+  const persistence = { appendonly: opts.appendonly ?? false, snapshots: opts.snapshots ?? true };
+  if (bin) return startLocal(bin, persistence, opts.requirepass);
+  if (process.env.DOCKER_HOST || existsSync('/var/run/docker.sock')) return startContainer(persistence);
   throw new Error(
     'no Redis available for tests: install redis-server (apt-get install -y redis-server) or make Docker reachable',
   );
@@ -46,7 +52,16 @@ function findRedisBinary(): string | undefined {
   return undefined;
 }
 
-async function startLocal(bin: string, appendonly: boolean, requirepass?: string): Promise<RedisServer> {
+interface Persistence {
+  appendonly: boolean;
+  snapshots: boolean;
+}
+
+function persistenceArgs(p: Persistence): string[] {
+  return ['--save', p.snapshots ? '3600 1' : '', '--appendonly', p.appendonly ? 'yes' : 'no'];
+}
+
+async function startLocal(bin: string, persistence: Persistence, requirepass?: string): Promise<RedisServer> {
   const dir = mkdtempSync(join(tmpdir(), 'feedsync-redis-'));
   let child: ChildProcess | undefined;
   let port = 0;
@@ -54,7 +69,7 @@ async function startLocal(bin: string, appendonly: boolean, requirepass?: string
   for (let attempt = 0; attempt < 5 && !child; attempt++) {
     port = await freePort();
     try {
-      child = await spawnRedis(bin, port, dir, appendonly, requirepass);
+      child = await spawnRedis(bin, port, dir, persistence, requirepass);
     } catch (err) {
       if (attempt === 4) {
         rmSync(dir, { recursive: true, force: true });
@@ -80,7 +95,7 @@ async function startLocal(bin: string, appendonly: boolean, requirepass?: string
     },
     async restart() {
       await stopChild(child);
-      child = await spawnRedis(bin, port, dir, appendonly, requirepass);
+      child = await spawnRedis(bin, port, dir, persistence, requirepass);
     },
     kill() {
       child?.kill('SIGKILL');
@@ -94,7 +109,7 @@ function spawnRedis(
   bin: string,
   port: number,
   dir: string,
-  appendonly: boolean,
+  persistence: Persistence,
   requirepass?: string,
 ): Promise<ChildProcess> {
   const args = [
@@ -104,10 +119,7 @@ function spawnRedis(
     '127.0.0.1',
     '--dir',
     dir,
-    '--save',
-    '',
-    '--appendonly',
-    appendonly ? 'yes' : 'no',
+    ...persistenceArgs(persistence),
     '--daemonize',
     'no',
     '--loglevel',
@@ -200,10 +212,10 @@ function freePort(): Promise<number> {
   });
 }
 
-async function startContainer(appendonly: boolean): Promise<RedisServer> {
+async function startContainer(persistence: Persistence): Promise<RedisServer> {
   const { GenericContainer } = await import('testcontainers');
   const container = await new GenericContainer('redis:7')
-    .withCommand(['redis-server', '--save', '', '--appendonly', appendonly ? 'yes' : 'no'])
+    .withCommand(['redis-server', ...persistenceArgs(persistence)])
     .withExposedPorts(6379)
     .start();
   const port = container.getMappedPort(6379);

@@ -1,5 +1,5 @@
 // How feedsync lays out its BullMQ queues and job ids in Redis. Producers, workers, admin and the
-// source lock must agree on every name here, so it all lives in one file.
+// source leases must agree on every name here, so it all lives in one file.
 //
 // Layout, for config `prefix: feedsync`, sink `hook`, shards 4:
 //   BullMQ prefix   `{feedsync}`        the braces are a Redis Cluster hash tag: every key of
@@ -12,7 +12,11 @@
 //   retried slice   `scheduling~123457+retry-<uuid>`  a one-change slice re-queued by `dlq retry`
 //   dead queue      `hook.dead`         one per sink, never consumed: each job (waiting for ever)
 //                                       is ONE dead-lettered change, job id `scheduling~123457`
-//   source lock     `{feedsync}:source-lock:scheduling`
+//   source state    `{feedsync}:source:scheduling`  hash: cursor, seen_above and poll status
+//   source lease    `{feedsync}:lease:scheduling`   `<token> <owner>`, expires unless renewed
+//   lease token     `{feedsync}:lease-token:scheduling`  counter, +1 per acquisition (fencing)
+//   pollers         `{feedsync}:pollers`            zset of live poll replicas, score = expiry
+//   commit stats    `{feedsync}:commit-stats`       hash: pages and slice jobs committed
 //
 // Queue names cannot collide although sink names may contain `.`: a shard queue's name always ends
 // in `.` + decimal digits and a dead queue's in `.dead`, so no name is both; and stripping that
@@ -78,6 +82,24 @@ export function shardOf(change: Pick<Change, 'subject_url' | 'key'>, shards: num
   return fnv1a(change.subject_url ?? change.key) % n;
 }
 
-export function sourceLockKey(prefix: string, source: string): string {
-  return `${bullPrefix(prefix)}:source-lock:${source}`;
+/** A source's cursor, seen_above and poll status (scaled mode keeps no state on disk). */
+export function sourceStateKey(prefix: string, source: string): string {
+  return `${bullPrefix(prefix)}:source:${source}`;
+}
+
+export function leaseKey(prefix: string, source: string): string {
+  return `${bullPrefix(prefix)}:lease:${source}`;
+}
+
+/** Never expires: a token is never handed out twice, even after the lease key expired. */
+export function leaseTokenKey(prefix: string, source: string): string {
+  return `${bullPrefix(prefix)}:lease-token:${source}`;
+}
+
+export function pollersKey(prefix: string): string {
+  return `${bullPrefix(prefix)}:pollers`;
+}
+
+export function commitStatsKey(prefix: string): string {
+  return `${bullPrefix(prefix)}:commit-stats`;
 }

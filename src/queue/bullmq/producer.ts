@@ -1,6 +1,7 @@
-// The BullMQ producer: queues every change of a page for every sink whose filter it passes, then
-// (and only then) saves the cursor. One job per (page, sink, shard): a slice of the page's changes
-// in feed order (slice.ts), whose deterministic id makes a replayed page a no-op.
+// The BullMQ producer: queues every change of a page for every sink whose filter it passes and
+// saves the source's cursor in Redis, both in one transaction (page-commit.ts), fenced by the
+// source's lease when the producer is given leases. One job per (page, sink, shard): a slice of the
+// page's changes in feed order (slice.ts), with a deterministic id.
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
@@ -9,15 +10,21 @@ import { FeedsyncError, errorMessage } from '../../core/errors.js';
 import type { Change } from '../../core/change.js';
 import { passesFilter } from '../../sinks/filter.js';
 import type { ChangeQueue, PageCommit } from '../queue.js';
+import type { RedisSourceLeases } from './lease.js';
 import { assertSinkName, bullPrefix, shardIndexes, shardOf, shardQueueName } from './names.js';
+import { createPageCommitter, LeaseFencedError, type PlannedSlice } from './page-commit.js';
 import { closeRedis, createRedisConnection, requireRedisUrl } from './redis.js';
 import { sliceJobId, sliceJobOptions, type ChangeSlice } from './slice.js';
 
 export interface BullmqProducerOptions {
   queue: QueueConfig;
   sinks: { name: string; filter: SinkFilter }[];
-  saveCursor: (source: string, cursor: number, seenAbove: number[]) => void | Promise<void>;
   logger: Logger;
+  /**
+   * This replica's leases: a page of a source is committed only while its lease is held, and the
+   * commit is fenced by it. Without leases commits are unfenced (one-off tools, tests).
+   */
+  leases?: Pick<RedisSourceLeases, 'fence' | 'markLost'>;
   /** A connection to use instead of one made from `queue.redis_url`; the caller keeps ownership. */
   connection?: Redis;
   /** Give up on a page after this long (default 10 s); see commitPage. */
@@ -40,18 +47,29 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
   const shards = shardIndexes(config.shards);
   const addTimeoutMs = opts.addTimeoutMs ?? DEFAULT_ADD_TIMEOUT_MS;
   const jobOptions = sliceJobOptions(config);
+  // Commits WATCH the lease token, which needs a connection nothing else runs transactions on.
+  const commitConnection = opts.connection
+    ? opts.connection.duplicate()
+    : createRedisConnection(requireRedisUrl(config), 'producer', opts.logger);
+  const committer = createPageCommitter({ connection: commitConnection, prefix: config.prefix, jobOptions });
 
   const sinks = opts.sinks.map((sink) => ({
     name: sink.name,
     filter: sink.filter,
+    /** For counting (backlog). */
     queues: shards.map(
       (shard) => new Queue<ChangeSlice>(shardQueueName(sink.name, shard), { connection, prefix }),
+    ),
+    /** The same queues on the commit connection: jobs are added through these. */
+    commitQueues: shards.map(
+      (shard) =>
+        new Queue<ChangeSlice>(shardQueueName(sink.name, shard), { connection: commitConnection, prefix }),
     ),
     /** What this producer queued so far, for the backlog estimate (see computeBacklog). */
     added: { jobs: 0, changes: 0 },
   }));
   for (const sink of sinks) {
-    for (const q of sink.queues) {
+    for (const q of [...sink.queues, ...sink.commitQueues]) {
       // Errors also surface as commitPage rejections; this only keeps them from being unhandled.
       q.on('error', (err: Error) =>
         opts.logger.debug({ sink: sink.name, err: errorMessage(err) }, 'queue error'),
@@ -66,13 +84,16 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
   let closed: Promise<void> | undefined;
 
   /**
-   * Resolves with the changes queued per sink (every sink listed, 0 included). A replayed page
-   * counts again: BullMQ does not tell an add from a no-op re-add of an existing job id.
+   * Resolves with the changes queued per sink (every sink listed, 0 included). Throws, having
+   * written nothing, when Redis fails or the lease of the source is no longer ours.
    */
   async function commitPage(commit: PageCommit): Promise<Record<string, number>> {
     if (closed)
       throw new FeedsyncError(`bullmq producer is closed; cannot queue page of ${commit.source}`, true);
-    const adds: Promise<unknown>[] = [];
+    const fence = opts.leases?.fence(commit.source);
+    if (opts.leases && !fence)
+      throw new LeaseFencedError(commit.source, 'this replica does not hold the lease');
+    const slices: PlannedSlice[] = [];
     const queued: Record<string, number> = {};
     const jobsPerSink = new Map<string, number>();
     for (const sink of sinks) {
@@ -87,28 +108,33 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
         perShard.set(shard, list);
         queued[sink.name]! += 1;
       }
-      for (const [shard, changes] of perShard) {
-        const q = sink.queues[shard]!;
-        adds.push(q.add('slice', { changes }, { ...jobOptions, jobId: sliceJobId(changes) }));
-      }
+      for (const [shard, changes] of perShard)
+        slices.push({ queue: sink.commitQueues[shard]!, jobId: sliceJobId(changes), changes });
       jobsPerSink.set(sink.name, perShard.size);
     }
+    const plan = { source: commit.source, slices, cursor: commit.cursor, seenAbove: commit.seenAbove };
     // With the offline queue off, a dropped connection fails at once; but BullMQ waits for the very
     // first "ready" without limit, so a Redis that was never reachable would hang the poller.
-    const results = await withDeadline(Promise.allSettled(adds), addTimeoutMs);
-    const failure = results
-      ? results.find((r): r is PromiseRejectedResult => r.status === 'rejected')
-      : { status: 'rejected' as const, reason: new Error(`no answer from redis within ${addTimeoutMs} ms`) };
-    if (failure) {
-      // The cursor stays where it was: the poller re-reads the page and re-adds (a no-op for the
-      // jobs that did make it, since their ids already exist).
+    const result = await withDeadline(
+      committer.commit(plan, fence).then(
+        (value) => ({ ok: true as const, value }),
+        (reason: unknown) => ({ ok: false as const, reason }),
+      ),
+      addTimeoutMs,
+    );
+    if (!result || !result.ok) {
+      const reason = result ? result.reason : new Error(`no answer from redis within ${addTimeoutMs} ms`);
+      if (reason instanceof LeaseFencedError) {
+        opts.leases?.markLost(commit.source, reason.message);
+        throw reason;
+      }
+      // Nothing was written (or a late write lands whole; the retry then finds the cursor there).
       throw new FeedsyncError(
-        `cannot queue page of source ${commit.source} (cursor ${commit.cursor}) in Redis: ${errorMessage(failure.reason)}`,
+        `cannot queue page of source ${commit.source} (cursor ${commit.cursor}) in Redis: ${errorMessage(reason)}`,
         true,
-        { cause: failure.reason },
+        { cause: reason },
       );
     }
-    await opts.saveCursor(commit.source, commit.cursor, commit.seenAbove);
     for (const sink of sinks) {
       sink.added.jobs += jobsPerSink.get(sink.name) ?? 0;
       sink.added.changes += queued[sink.name] ?? 0;
@@ -170,7 +196,10 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
 
   function close(): Promise<void> {
     closed ??= (async () => {
-      await Promise.allSettled(sinks.flatMap((sink) => sink.queues.map((q) => q.close())));
+      await Promise.allSettled(
+        sinks.flatMap((sink) => [...sink.queues, ...sink.commitQueues].map((q) => q.close())),
+      );
+      await closeRedis(commitConnection);
       if (ownConnection) await closeRedis(connection);
     })();
     return closed;
@@ -179,8 +208,8 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
   return { commitPage, maxBacklog, close };
 }
 
-/** The settled value, or undefined when `work` took longer than `ms` (it keeps running: a late add
- * is harmless, the cursor was not saved and a replay re-adds the same job ids as no-ops). */
+/** The settled value, or undefined when `work` took longer than `ms` (it keeps running: a late
+ * commit lands whole, and the retry of the page finds its cursor in Redis and adds nothing). */
 async function withDeadline<T>(work: Promise<T>, ms: number): Promise<T | undefined> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<undefined>((resolve) => {

@@ -205,3 +205,82 @@ export async function assertRedisCredentials(url: string, logger: Logger, timeou
       false,
     );
 }
+
+export interface RedisPersistence {
+  persists: boolean;
+  /** How it was judged, for the log line and the refusal. */
+  detail: string;
+}
+
+/**
+ * Whether Redis keeps its data across a restart: AOF on, or RDB save points set. Managed Redis
+ * often forbids CONFIG; INFO persistence then answers: AOF on, or at least one RDB snapshot taken
+ * since start (`rdb_saves`, Redis 7+) counts as persisting.
+ */
+export async function readRedisPersistence(
+  target: string | Redis,
+  logger: Logger,
+): Promise<RedisPersistence> {
+  return withClient(target, logger, async (client) => {
+    try {
+      const aof = (await client.config('GET', 'appendonly')) as unknown;
+      const save = (await client.config('GET', 'save')) as unknown;
+      const aofOn = Array.isArray(aof) && aof[1] === 'yes';
+      const savePoints = Array.isArray(save) && typeof save[1] === 'string' ? save[1].trim() : '';
+      return {
+        persists: aofOn || savePoints !== '',
+        detail: `CONFIG: appendonly ${aofOn ? 'yes' : 'no'}, save "${savePoints}"`,
+      };
+    } catch (err) {
+      logger.debug({ err: errorMessage(err) }, 'CONFIG GET refused; judging persistence from INFO');
+    }
+    const info = await client.info('persistence');
+    const field = (name: string) => new RegExp(`^${name}:(.*)$`, 'm').exec(info)?.[1]?.trim();
+    const aofOn = field('aof_enabled') === '1';
+    const rdbSaves = Number(field('rdb_saves') ?? '0');
+    return {
+      persists: aofOn || rdbSaves > 0,
+      detail: `INFO persistence: aof_enabled ${aofOn ? 1 : 0}, rdb_saves ${rdbSaves}`,
+    };
+  });
+}
+
+/**
+ * Scaled mode keeps cursors in Redis: a Redis that forgets its data on restart would make every
+ * poller start over from `start_from`. Refuse to start on one unless the operator said it is fine.
+ */
+export async function assertRedisPersists(
+  target: string | Redis,
+  allowVolatile: boolean,
+  logger: Logger,
+): Promise<void> {
+  let found: RedisPersistence;
+  try {
+    found = await readRedisPersistence(target, logger);
+  } catch (err) {
+    // Not knowing is not good enough: starting would read and write cursors on a Redis that may
+    // forget them. The process exits; its supervisor restarts it once Redis answers.
+    throw new FeedsyncError(
+      `cannot check that Redis at ${typeof target === 'string' ? redactRedisUrl(target) : 'queue.redis_url'} persists its data: ${errorMessage(err)}`,
+      true,
+      { cause: err },
+    );
+  }
+  if (found.persists) {
+    logger.info({ persistence: found.detail }, 'redis persists its data');
+    return;
+  }
+  if (allowVolatile) {
+    logger.warn(
+      { persistence: found.detail },
+      'redis does not persist (queue.allow_volatile_redis: true): cursors and queued changes are lost if it restarts',
+    );
+    return;
+  }
+  throw new FeedsyncError(
+    `Redis at ${typeof target === 'string' ? redactRedisUrl(target) : 'queue.redis_url'} does not persist its data (${found.detail}); ` +
+      'feedsync poll keeps its cursors there. Turn on AOF (appendonly yes) or RDB snapshots (save), ' +
+      'or set queue.allow_volatile_redis: true to accept losing them when Redis restarts',
+    false,
+  );
+}

@@ -1,0 +1,116 @@
+// The BullMQ driver behind the driver seam. Scaled mode keeps nothing on disk: cursors, seen_above
+// and poll status are in Redis (source-state.ts), pollers hold fenced leases (lease.ts) and each
+// page is one transaction (page-commit.ts). See docs/scaled-mode.md.
+import type { DriverFactory, QueueDriver, SourceLeases, SourceState } from '../driver.js';
+import { FeedsyncError } from '../../core/errors.js';
+import { createBullmqAdmin } from './admin.js';
+import { createBullmqDelivery } from './delivery.js';
+import { createRedisSourceLeases, readLeaseHolder, type RedisSourceLeases } from './lease.js';
+import { createBullmqProducer, type BullmqProducer } from './producer.js';
+import {
+  assertRedisCredentials,
+  assertRedisPersists,
+  checkRedisPolicy,
+  closeRedis,
+  createRedisConnection,
+  pingRedis,
+  requireRedisUrl,
+} from './redis.js';
+import { createRedisSourceState } from './source-state.js';
+
+export type BullmqDriver = QueueDriver & {
+  /** Sources whose lease this process holds (poll/run), for feedsync_source_leader. */
+  leading(): string[];
+};
+
+export async function createBullmqDriver(
+  ctx: Parameters<DriverFactory>[0],
+  opts: { owner?: string } = {},
+): Promise<BullmqDriver> {
+  const { config, mode, logger } = ctx;
+  const url = requireRedisUrl(config.queue);
+  const prefix = config.queue.prefix;
+  const polls = mode === 'run' || mode === 'poll';
+  const delivers = mode === 'run' || mode === 'work';
+  await assertRedisCredentials(url, logger);
+  if (mode !== 'ops') await checkRedisPolicy(url, logger);
+  // Before anything is read: a Redis that forgets would silently restart every source.
+  if (polls) await assertRedisPersists(url, config.queue.allow_volatile_redis, logger);
+
+  const releasers: (() => Promise<void>)[] = [];
+  const close = async (): Promise<void> => {
+    for (const release of releasers.splice(0).reverse()) await release().catch(() => undefined);
+  };
+  try {
+    const stateConnection = createRedisConnection(url, 'admin', logger);
+    releasers.push(() => closeRedis(stateConnection));
+    const admin = createBullmqAdmin({
+      queue: config.queue,
+      sinkNames: config.sinks.map((s) => s.name),
+      logger,
+    });
+    releasers.push(() => admin.close());
+    const stored = createRedisSourceState(stateConnection, prefix);
+
+    let leases: RedisSourceLeases | undefined;
+    let producer: BullmqProducer | undefined;
+    if (polls) {
+      const l = createRedisSourceLeases({
+        redisUrl: url,
+        prefix,
+        sources: config.sources.map((s) => s.name),
+        ttlMs: config.queue.lease_ttl_ms,
+        owner: opts.owner,
+        logger,
+      });
+      // Released after the producer closes (releasers run in reverse).
+      releasers.push(() => l.close());
+      leases = l;
+      const p = createBullmqProducer({
+        queue: config.queue,
+        sinks: config.sinks.map((s) => ({ name: s.name, filter: s.filter })),
+        leases: l,
+        logger,
+      });
+      releasers.push(() => p.close());
+      producer = p;
+    }
+    const sourceLeases: SourceLeases = leases ?? {
+      acquire: () => {
+        throw new FeedsyncError(`feedsync ${mode} does not poll: it cannot lease a source`, false);
+      },
+      holder: (source) => readLeaseHolder(stateConnection, prefix, source),
+    };
+    // A poller's own cursor writes (start_from latest) go through the fenced commit, like pages.
+    const sourceState: SourceState =
+      producer && leases
+        ? {
+            ...stored,
+            save: async (source, eventId, seenAbove) => {
+              if (!leases.fence(source)) return stored.save(source, eventId, seenAbove);
+              await producer.commitPage({ source, changes: [], cursor: eventId, seenAbove });
+            },
+          }
+        : stored;
+
+    const delivery = delivers
+      ? createBullmqDelivery({ queue: config.queue, sinks: ctx.sinks, events: ctx.events, logger })
+      : undefined;
+
+    return {
+      producer,
+      sourceState,
+      leases: sourceLeases,
+      delivery,
+      admin,
+      checks: { redis: () => pingRedis(stateConnection, logger) },
+      leading: () => leases?.held() ?? [],
+      close,
+    };
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}
+
+export const bullmqDriverFactory: DriverFactory = (ctx) => createBullmqDriver(ctx);

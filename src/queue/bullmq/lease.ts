@@ -1,0 +1,310 @@
+// Source leases for scaled mode: any number of `poll` replicas, each source polled by one of them at
+// a time. A lease is a Redis key `<token> <owner>` with an expiry, renewed every ttl/3 while held;
+// the token comes from a per-source counter that only grows, so every acquisition has a token no
+// earlier holder had. Page commits check it (page-commit.ts): a holder that was paused past its
+// lease and resumes finds a newer token and writes nothing (fencing).
+//
+// Spreading: every replica heartbeats into a sorted set of live pollers (score = expiry, by Redis'
+// clock). A replica does not take a free lease while it already holds its share,
+// ceil(sources / live replicas), and when it holds more than its share (a replica joined) it lets
+// one lease go per heartbeat, after holding it at least one TTL so that leases do not flap. A dead
+// replica drops out of the set within one TTL, like its leases, so a survivor's share grows just
+// when the dead one's leases expire.
+import { hostname } from 'node:os';
+import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import { sleep } from '../../backoff.js';
+import { FeedsyncError, errorMessage } from '../../core/errors.js';
+import type { HeldLock, SourceLeases } from '../driver.js';
+import { leaseKey, leaseTokenKey, pollersKey } from './names.js';
+import { closeRedis, createRedisConnection } from './redis.js';
+
+export const DEFAULT_LEASE_TTL_MS = 15_000;
+
+/** What a page commit checks to prove it still holds the source (see page-commit.ts). */
+export interface LeaseFence {
+  leaseKey: string;
+  tokenKey: string;
+  /** The lease key's value while held: `<token> <owner>`. */
+  value: string;
+  token: number;
+}
+
+export interface RedisSourceLeases extends SourceLeases {
+  /** The held lease of `source`, or undefined when this replica does not hold it. */
+  fence(source: string): LeaseFence | undefined;
+  /** A commit found a newer token: the lease is gone, stop polling the source. */
+  markLost(source: string, reason: string): void;
+  /** Sources this replica holds now (for feedsync_source_leader). */
+  held(): string[];
+  close(): Promise<void>;
+}
+
+export interface RedisLeasesOptions {
+  redisUrl: string;
+  /** queue.prefix (without braces). */
+  prefix: string;
+  /** Every source the replicas share, for the fair share. */
+  sources: string[];
+  ttlMs?: number;
+  /** Identifies this replica in logs, `status` and `cursor` refusals; default `host:pid`. */
+  owner?: string;
+  logger: Logger;
+  /** A connection instead of one made from redisUrl; the caller keeps ownership. */
+  connection?: Redis;
+}
+
+// Take the lease when nobody holds it; a fresh token either way it is taken.
+const ACQUIRE = `
+if redis.call('EXISTS', KEYS[1]) == 1 then return {0, redis.call('GET', KEYS[1])} end
+local token = redis.call('INCR', KEYS[2])
+local value = token .. ' ' .. ARGV[1]
+redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
+return {token, value}`;
+// Compare-and-act: only the holder may extend or delete.
+const RENEW = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end`;
+const RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end`;
+// Redis' clock, not ours: replicas on hosts with skewed clocks still agree on who is alive.
+const HEARTBEAT = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if ARGV[2] ~= '0' then redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1]) end
+return redis.call('ZCARD', KEYS[1])`;
+
+interface Held {
+  fence: LeaseFence;
+  lost: AbortController;
+  since: number;
+  lastRenewed: number;
+}
+
+export function defaultOwner(): string {
+  return `${hostname()}:${process.pid}`;
+}
+
+export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLeases {
+  const ttl = Math.max(1_000, opts.ttlMs ?? DEFAULT_LEASE_TTL_MS);
+  const owner = opts.owner ?? defaultOwner();
+  const logger = opts.logger;
+  const ownConnection = !opts.connection;
+  const client = opts.connection ?? createRedisConnection(opts.redisUrl, 'lock', logger);
+  const pollersSet = pollersKey(opts.prefix);
+  // Standbys retry often enough that a takeover comes well within a second of the expiry.
+  const retryMs = Math.min(1_000, Math.floor(ttl / 4));
+  const held = new Map<string, Held>();
+  let liveReplicas = 1;
+  let closed = false;
+  let tick: Promise<void> | undefined;
+
+  const share = (): number => Math.ceil(opts.sources.length / Math.max(1, liveReplicas));
+
+  async function heartbeat(): Promise<void> {
+    liveReplicas = Math.max(1, Number(await client.eval(HEARTBEAT, 1, pollersSet, owner, String(ttl))));
+  }
+
+  async function renew(source: string, lease: Held): Promise<void> {
+    try {
+      const ok = Number(await client.eval(RENEW, 1, lease.fence.leaseKey, lease.fence.value, String(ttl)));
+      if (ok === 1) lease.lastRenewed = Date.now();
+      else markLost(source, 'lease taken by another replica (or expired) before it was renewed');
+    } catch (err) {
+      // Past the TTL the key may have expired and been taken: we can no longer claim to hold it.
+      if (Date.now() - lease.lastRenewed >= ttl)
+        markLost(source, `cannot renew within ${ttl} ms: ${errorMessage(err)}`);
+      else logger.warn({ source, err: errorMessage(err) }, 'cannot renew source lease; will retry');
+    }
+  }
+
+  /** Over its share (a replica joined): let the longest-held lease go, at most one per beat. */
+  function rebalance(): void {
+    const over = held.size - share();
+    if (over <= 0) return;
+    const candidates = [...held].filter(([, h]) => Date.now() - h.since >= ttl && !h.lost.signal.aborted);
+    const oldest = candidates.sort(([, a], [, b]) => a.since - b.since)[0];
+    if (!oldest) return;
+    const [source, lease] = oldest;
+    logger.info(
+      { source, held: held.size, share: share(), replicas: liveReplicas },
+      `handing source ${source} over: this replica holds more than its share`,
+    );
+    lease.lost.abort(
+      new FeedsyncError(`lease of ${source} handed over to spread sources across replicas`, true),
+    );
+  }
+
+  async function beat(): Promise<void> {
+    try {
+      await heartbeat();
+    } catch (err) {
+      logger.warn({ err: errorMessage(err) }, 'cannot reach redis for the poller heartbeat; will retry');
+    }
+    await Promise.all([...held].map(([source, lease]) => renew(source, lease)));
+    rebalance();
+  }
+
+  // Started by the first acquire: a process that only asks who holds what is not a replica.
+  let timer: NodeJS.Timeout | undefined;
+  const startBeating = (): void => {
+    timer ??= setInterval(
+      () => {
+        if (!tick) tick = beat().finally(() => (tick = undefined));
+      },
+      Math.max(100, Math.floor(ttl / 3)),
+    );
+  };
+
+  function markLost(source: string, reason: string): void {
+    const lease = held.get(source);
+    if (!lease || lease.lost.signal.aborted) return;
+    logger.error({ source, reason }, `lost the lease of source ${source}; its poller stops`);
+    lease.lost.abort(new FeedsyncError(`lease of ${source} lost: ${reason}`, true));
+  }
+
+  async function tryAcquire(source: string): Promise<{ lease?: Held; holder?: string }> {
+    await heartbeat();
+    if (held.size >= share()) return { holder: await holderOf(source) };
+    const reply = (await client.eval(
+      ACQUIRE,
+      2,
+      leaseKey(opts.prefix, source),
+      leaseTokenKey(opts.prefix, source),
+      owner,
+      String(ttl),
+    )) as [number, string | null];
+    const token = Number(reply[0]);
+    if (token === 0) return { holder: ownerOf(reply[1]) };
+    const now = Date.now();
+    return {
+      lease: {
+        fence: {
+          leaseKey: leaseKey(opts.prefix, source),
+          tokenKey: leaseTokenKey(opts.prefix, source),
+          value: String(reply[1]),
+          token,
+        },
+        lost: new AbortController(),
+        since: now,
+        lastRenewed: now,
+      },
+    };
+  }
+
+  async function acquire(
+    source: string,
+    signal: AbortSignal,
+    onWait: (holder: string) => void,
+  ): Promise<HeldLock | undefined> {
+    if (!opts.sources.includes(source))
+      throw new FeedsyncError(`lease asked for unknown source ${source}`, false);
+    let announced: string | undefined;
+    startBeating();
+    // The connection does not queue commands while connecting: wait for it once, quietly.
+    await whenReady(client, 5_000);
+    for (;;) {
+      if (signal.aborted || closed) return undefined;
+      if (held.has(source))
+        throw new FeedsyncError(`source ${source} is already leased by this replica`, false);
+      try {
+        const { lease, holder } = await tryAcquire(source);
+        if (lease) {
+          held.set(source, lease);
+          // The message is what operators (and the process tests) look for on a takeover.
+          logger.info({ source, token: lease.fence.token, owner }, `acquired lock of source ${source}`);
+          return heldLock(source, lease);
+        }
+        const waitingFor = holder ?? '(none: this replica holds its share of sources)';
+        if (waitingFor !== announced) {
+          announced = waitingFor;
+          onWait(waitingFor);
+        }
+      } catch (err) {
+        logger.warn(
+          { source, err: errorMessage(err) },
+          `cannot reach redis to lease source ${source}; retrying`,
+        );
+      }
+      if (!(await sleep(retryMs, signal))) return undefined;
+    }
+  }
+
+  function heldLock(source: string, lease: Held): HeldLock {
+    let released: Promise<void> | undefined;
+    return {
+      lost: lease.lost.signal,
+      release: () =>
+        (released ??= (async () => {
+          if (held.get(source) === lease) held.delete(source);
+          try {
+            await client.eval(RELEASE, 1, lease.fence.leaseKey, lease.fence.value);
+          } catch (err) {
+            // It expires on its own after the TTL; a standby just waits a little longer.
+            logger.warn({ source, err: errorMessage(err) }, 'cannot release source lease; it will expire');
+          }
+        })()),
+    };
+  }
+
+  async function holderOf(source: string): Promise<string | undefined> {
+    return ownerOf(await client.get(leaseKey(opts.prefix, source)));
+  }
+
+  function fence(source: string): LeaseFence | undefined {
+    const lease = held.get(source);
+    return lease && !lease.lost.signal.aborted ? lease.fence : undefined;
+  }
+
+  async function close(): Promise<void> {
+    if (closed) return;
+    closed = true;
+    clearInterval(timer);
+    await tick;
+    // Leases still held (a poller that did not stop) are released so a standby need not wait.
+    await Promise.all(
+      [...held.values()].map((lease) =>
+        client.eval(RELEASE, 1, lease.fence.leaseKey, lease.fence.value).catch(() => undefined),
+      ),
+    );
+    held.clear();
+    if (timer) await client.zrem(pollersSet, owner).catch(() => undefined);
+    if (ownConnection) await closeRedis(client);
+  }
+
+  return {
+    acquire,
+    holder: holderOf,
+    fence,
+    markLost,
+    held: () => [...held].filter(([, h]) => !h.lost.signal.aborted).map(([s]) => s),
+    close,
+  };
+}
+
+function whenReady(client: Redis, timeoutMs: number): Promise<void> {
+  if (client.status === 'ready') return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      client.off('ready', done);
+      resolve();
+    };
+    const timer = setTimeout(done, timeoutMs);
+    client.once('ready', done);
+  });
+}
+
+/** `<token> <owner>` → owner. */
+function ownerOf(value: string | null | undefined): string | undefined {
+  if (!value) return undefined;
+  const space = value.indexOf(' ');
+  return space < 0 ? value : value.slice(space + 1);
+}
+
+/** Who holds `source`'s lease, without joining the pollers (for `cursor` refusals and `status`). */
+export async function readLeaseHolder(
+  client: Redis,
+  prefix: string,
+  source: string,
+): Promise<string | undefined> {
+  return ownerOf(await client.get(leaseKey(prefix, source)));
+}

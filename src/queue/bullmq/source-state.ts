@@ -1,0 +1,76 @@
+// What a poller keeps between pages, in Redis (scaled mode keeps nothing on disk): one hash per
+// source under the queue prefix, so it shares the `{prefix}` hash slot with the queues and a page
+// commit can write jobs and cursor in one transaction (page-commit.ts).
+//
+//   cursor        newer_than for the next request
+//   seen_above    JSON array: ids above the cursor already queued (workflow overlap rule)
+//   updated_at    epoch ms of the last cursor write
+//   last_poll_at, last_ok_at, last_event_at (epoch ms), behind (0/1), last_error: for status/readyz
+import type { Redis } from 'ioredis';
+import type { PollOutcome, SourceState, SourceStatus, StoredCursor } from '../driver.js';
+import { sourceStateKey } from './names.js';
+
+export type RedisSourceState = SourceState;
+
+/** The hash fields a cursor write sets; page-commit.ts writes the same ones inside its transaction. */
+export function cursorFields(eventId: number, seenAbove: readonly number[]): Record<string, string> {
+  return { cursor: String(eventId), seen_above: JSON.stringify(seenAbove), updated_at: String(Date.now()) };
+}
+
+export function createRedisSourceState(client: Redis, prefix: string): RedisSourceState {
+  const key = (source: string) => sourceStateKey(prefix, source);
+
+  async function get(source: string): Promise<StoredCursor | undefined> {
+    const [cursor, seen] = await client.hmget(key(source), 'cursor', 'seen_above');
+    if (cursor === null || cursor === undefined) return undefined;
+    return { eventId: Number(cursor), seenAbove: parseSeen(seen ?? null) };
+  }
+
+  /** Unfenced: for `cursor set/reset`, which first make sure no poller holds the source. */
+  async function save(source: string, eventId: number, seenAbove: number[]): Promise<void> {
+    await client.hset(key(source), cursorFields(eventId, seenAbove));
+  }
+
+  async function recordPoll(source: string, outcome: PollOutcome): Promise<void> {
+    const now = String(Date.now());
+    const set: Record<string, string> = { last_poll_at: now };
+    if (outcome.ok) {
+      set.last_ok_at = now;
+      set.behind = outcome.behind ? '1' : '0';
+    }
+    if (outcome.lastEventAt !== undefined) set.last_event_at = String(outcome.lastEventAt);
+    if (outcome.error !== undefined) set.last_error = outcome.error;
+    const tx = client.multi().hset(key(source), set);
+    if (outcome.error === undefined) tx.hdel(key(source), 'last_error');
+    await tx.exec();
+  }
+
+  async function status(sources: string[]): Promise<SourceStatus[]> {
+    const pipeline = client.pipeline();
+    for (const source of sources) pipeline.hgetall(key(source));
+    const replies = (await pipeline.exec()) ?? [];
+    return sources.map((source, i) => {
+      const [err, value] = replies[i] ?? [null, {}];
+      if (err) throw err;
+      const h = (value ?? {}) as Record<string, string>;
+      const num = (field: string) => (h[field] === undefined ? null : Number(h[field]));
+      return {
+        source,
+        cursor: num('cursor'),
+        lastPollAt: num('last_poll_at'),
+        lastOkAt: num('last_ok_at'),
+        lastEventAt: num('last_event_at'),
+        behind: h.behind === '1',
+        lastError: h.last_error ?? null,
+      };
+    });
+  }
+
+  return { get, save, recordPoll, status };
+}
+
+function parseSeen(text: string | null): number[] {
+  if (!text) return [];
+  const parsed = JSON.parse(text) as unknown;
+  return Array.isArray(parsed) ? parsed.filter((n): n is number => typeof n === 'number') : [];
+}
