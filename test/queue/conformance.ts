@@ -67,6 +67,10 @@ export function describeQueueDriverConformance(name: string, harness: DriverHarn
       const producer = driver.producer;
       if (!producer || !driver.delivery)
         throw new Error(`${name} offers no producer or delivery in run mode`);
+      // Pages are committed only by the holder of the source's lease (a fenced commit with bullmq);
+      // driver.close() releases it.
+      const lease = await driver.leases?.acquire('src', new AbortController().signal, () => undefined);
+      if (!lease) throw new Error(`${name} offers no lease for the source in run mode`);
       if (start) await driver.delivery.start();
       let cursor = 0;
       return {
