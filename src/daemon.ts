@@ -175,8 +175,9 @@ function startPollers(
     });
     release.add(`client ${source.name}`, () => client.close());
     const acquire = (signal: AbortSignal): Promise<HeldLock | undefined> =>
+      // Info, not a warning: with standby pollers (scaled mode) waiting is the normal state.
       leases.acquire(source.name, signal, (holder) =>
-        log.warn({ holder }, 'source is polled by another process; waiting for its lock'),
+        log.info({ holder }, `waiting for source ${source.name} held by ${holder}`),
       );
     return pollWhileLocked(source.name, leading, acquire, stop, log, (signal) =>
       runPoller({

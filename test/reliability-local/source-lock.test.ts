@@ -8,7 +8,8 @@ import { tempDir } from '../support/harness.js';
 import { killAllCli } from '../support/process.js';
 import { SEED, sandboxKeys, SERVICES, startRun, waitForAllKeys, writeRunConfig } from './support.js';
 
-const WAITING = 'source is polled by another process; waiting for its lock';
+const waiting = (msg: unknown, service: string): boolean =>
+  typeof msg === 'string' && msg.startsWith(`waiting for source ${service} held by `);
 
 describe(`source lock between two run processes (RELIABILITY_SEED=${SEED})`, () => {
   let sandbox: Sandbox;
@@ -28,7 +29,7 @@ describe(`source lock between two run processes (RELIABILITY_SEED=${SEED})`, () 
     const second = await startRun(files);
     for (const service of SERVICES)
       await second.waitForLog(
-        (l) => l.msg === WAITING && l.source === service,
+        (l) => waiting(l.msg, service) && l.source === service,
         5000,
         `the second run to say it waits for ${service}`,
       );
