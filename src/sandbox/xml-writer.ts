@@ -4,7 +4,7 @@
 // The syntax the specs leave open (declaration, quotes, CDATA, references, empty arrays, layout)
 // follows the dialect's switches.
 import { formatWithOffset, styleDatetime } from './datetime-style.js';
-import type { Dialect } from './dialect.js';
+import { resolveDialect, type Dialect } from './dialect.js';
 import { isCollection, type Json, type Resource } from '../core/resource.js';
 
 export { formatWithOffset } from './datetime-style.js';
@@ -29,20 +29,15 @@ export interface XmlWriteOptions {
    * apply; given the embedding resource and the rel.
    */
   embeddedType?: (parent: Resource, rel: string) => string | undefined;
-  /** Default: declaration, double quotes, escaped text, self-closed empty arrays, indented. */
+  /**
+   * Default: the default dialect's switches (declaration, double quotes, escaped text, self-closed
+   * empty arrays, indented).
+   */
   syntax?: Partial<XmlSyntax>;
 }
 
-const DEFAULT_SYNTAX: XmlSyntax = {
-  xmlDeclaration: true,
-  xmlCdata: false,
-  xmlCharRefs: false,
-  xmlQuote: 'double',
-  xmlAttrOrder: 'rel-first',
-  xmlEmptyArray: 'self-closed',
-  xmlIndent: true,
-  datetimes: 'default',
-};
+/** The default dialect's switches (the writer reads only the XML ones and `datetimes`). */
+const DEFAULT_SYNTAX: XmlSyntax = resolveDialect('default');
 
 const DATETIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/;
 

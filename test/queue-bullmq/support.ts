@@ -1,4 +1,5 @@
-// Helpers for the BullMQ driver tests: changes, recording sinks, a config per test.
+// Helpers for the BullMQ driver tests: changes, recording sinks (the one of test/queue/support.ts,
+// and one taking real batches), a config per test.
 import { randomUUID } from 'node:crypto';
 import { Queue, type JobType } from 'bullmq';
 import { Redis } from 'ioredis';
@@ -12,6 +13,10 @@ import { createBullmqProducer, type BullmqProducer } from '../../src/queue/bullm
 import type { ChangeSlice } from '../../src/queue/bullmq/slice.js';
 import type { DeliveryRunner } from '../../src/queue/queue.js';
 import type { Sink } from '../../src/sinks/sink.js';
+import { makeChange as buildChange } from '../../src/testing/make-change.js';
+import { RecordingSink, type FailurePlan, type SharedRecord } from '../queue/support.js';
+
+export { RecordingSink, type SharedRecord } from '../queue/support.js';
 
 export const silentLogger: Logger = pino({ level: 'silent' });
 
@@ -37,98 +42,20 @@ export function queueConfig(redisUrl: string, overrides: Partial<QueueConfig> = 
   };
 }
 
-export function makeChange(
-  eventId: number,
-  opts: { source?: string; subject?: string; eventType?: string } = {},
-): Change {
-  const source = opts.source ?? 'scheduling';
+/**
+ * Change `eventId` of source `scheduling`, of type `eventType` (default `title_updated`) about
+ * `subject` (a subject URL; default: the change's own title).
+ */
+export function makeChange(eventId: number, opts: { subject?: string; eventType?: string } = {}): Change {
   const eventType = opts.eventType ?? 'title_updated';
-  const [resourceType, operation] =
-    eventType === 'title_updated' ? ['title', 'updated'] : splitType(eventType);
-  const subject = opts.subject ?? `http://127.0.0.1:1/scheduling/api/titles/${eventId}`;
-  return {
-    schema: 'feedsync.change.v1',
-    key: `${source}:${eventId}`,
-    source,
-    service: 'scheduling',
+  const i = eventType.lastIndexOf('_');
+  return buildChange({
     event_id: eventId,
     event_type: eventType,
-    resource_type: resourceType,
-    operation,
-    occurred_at: new Date(Date.now() - 1_000).toISOString(),
-    changes: ['name'],
-    event_url: `http://127.0.0.1:1/scheduling/api/events/${eventId}`,
-    subject_url: subject,
-    subject_state: 'present',
-    subject: { resource_type: resourceType, id: eventId, name: `Title ${eventId}` },
-    source_rule: null,
-  };
-}
-
-function splitType(eventType: string): [string, string] {
-  const i = eventType.lastIndexOf('_');
-  return [eventType.slice(0, i), eventType.slice(i + 1)];
-}
-
-type FailurePlan = (change: Change, attempt: number) => Error | undefined;
-
-/**
- * A sink that records every successful delivery in order, counts attempts per key, can be told to
- * fail (RetryLaterError / NeverError / anything) and to take time, and checks that no two changes
- * of one subject are ever in flight at once.
- */
-export class RecordingSink implements Sink {
-  readonly delivered: Change[] = [];
-  readonly attempts = new Map<string, number>();
-  readonly overlaps: string[] = [];
-  protected readonly inFlight = new Map<string, number>();
-  closed = false;
-
-  constructor(
-    protected readonly plan: { fail?: FailurePlan; latencyMs?: () => number } = {},
-    /** Shared between sinks standing for the same sink in different processes. */
-    protected readonly shared?: SharedRecord,
-  ) {}
-
-  /** Mark the change's subject in flight (recording an overlap if it already was); returns the unmark. */
-  protected enter(change: Change): () => void {
-    const subject = change.subject_url ?? change.key;
-    const inFlight = this.shared?.inFlight ?? this.inFlight;
-    const overlaps = this.shared?.overlaps ?? this.overlaps;
-    if ((inFlight.get(subject) ?? 0) > 0) overlaps.push(`${subject} (${change.key})`);
-    inFlight.set(subject, (inFlight.get(subject) ?? 0) + 1);
-    return () => inFlight.set(subject, (inFlight.get(subject) ?? 1) - 1);
-  }
-
-  async deliver(change: Change): Promise<void> {
-    const leave = this.enter(change);
-    try {
-      const attempt = (this.attempts.get(change.key) ?? 0) + 1;
-      this.attempts.set(change.key, attempt);
-      const latency = this.plan.latencyMs?.() ?? 0;
-      if (latency > 0) await new Promise((r) => setTimeout(r, latency));
-      const failure = this.plan.fail?.(change, attempt);
-      if (failure) throw failure;
-      this.delivered.push(change);
-      this.shared?.log.push(change);
-    } finally {
-      leave();
-    }
-  }
-
-  keys(): string[] {
-    return this.delivered.map((c) => c.key);
-  }
-
-  async close(): Promise<void> {
-    this.closed = true;
-  }
-}
-
-export interface SharedRecord {
-  inFlight: Map<string, number>;
-  overlaps: string[];
-  log: Change[];
+    resource_type: eventType.slice(0, i),
+    operation: eventType.slice(i + 1),
+    ...(opts.subject === undefined ? {} : { subject_url: opts.subject }),
+  });
 }
 
 /**
@@ -150,7 +77,7 @@ export class BatchRecordingSink extends RecordingSink {
     super({ fail: batchPlan.fail, latencyMs: batchPlan.latencyMs }, shared);
   }
 
-  async deliverBatch(changes: Change[]): Promise<void> {
+  override async deliverBatch(changes: Change[]): Promise<void> {
     this.batches.push(changes);
     const subjects = changes.map((c) => c.subject_url ?? c.key);
     if (new Set(subjects).size !== subjects.length) this.sameSubjectBatches.push(changes.map((c) => c.key));

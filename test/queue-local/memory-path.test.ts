@@ -14,28 +14,8 @@ import type { QueueDriver } from '../../src/queue/driver.js';
 import { createLocalDriver } from '../../src/queue/local/index.js';
 import type { Sink } from '../../src/sinks/sink.js';
 import { migrations } from '../../src/store/migrations.js';
-import { driverConfig } from '../queue/support.js';
+import { driverConfig, jobUrl, makeChange } from '../queue/support.js';
 import { tempDir, waitFor } from '../support/harness.js';
-
-function change(id: number, subject: number): Change {
-  return {
-    schema: 'feedsync.change.v1',
-    key: `src:${id}`,
-    source: 'src',
-    service: 'workflow',
-    event_id: id,
-    event_type: 'job_updated',
-    resource_type: 'job',
-    operation: 'updated',
-    occurred_at: new Date(1_700_000_000_000 + id).toISOString(),
-    changes: ['status'],
-    event_url: null,
-    subject_url: `http://x/api/jobs/${subject}`,
-    subject_state: 'skipped',
-    subject: null,
-    source_rule: null,
-  };
-}
 
 /** Records what it is given (and the JSON text the queue handed along), fails on demand. */
 class Recorder implements Sink {
@@ -99,6 +79,17 @@ function expectSubjectOrder(delivered: Change[]): void {
   for (const ids of bySubject.values()) expect(ids).toEqual([...ids].sort((a, b) => a - b));
 }
 
+/** Commits `changes` of source src in pages of `size`, each page's cursor its end. */
+async function commitInPages(driver: QueueDriver, changes: Change[], size: number): Promise<void> {
+  for (let i = 0; i < changes.length; i += size)
+    await driver.producer!.commitPage({
+      source: 'src',
+      changes: changes.slice(i, i + size),
+      cursor: i + size,
+      seenAbove: [],
+    });
+}
+
 describe('local queue: memory path and recovery', () => {
   it('drains a store written by the previous schema (version 2, with a retrying row) after the upgrade', async () => {
     const dir = tempDir();
@@ -109,7 +100,7 @@ describe('local queue: memory path and recovery', () => {
     const insert = old.prepare(
       'INSERT INTO deliveries (sink, key, subject_key, body, attempts, available_at) VALUES (?, ?, ?, ?, ?, ?)',
     );
-    const changes = Array.from({ length: 300 }, (_, i) => change(i + 1, i % 7));
+    const changes = Array.from({ length: 300 }, (_, i) => makeChange(i % 7));
     changes.forEach((c, i) =>
       // The first change was failing when the old version stopped: its retry is due now.
       insert.run('s', c.key, c.subject_url, JSON.stringify(c), i === 0 ? 2 : 0, i === 0 ? Date.now() : 0),
@@ -142,14 +133,8 @@ describe('local queue: memory path and recovery', () => {
     const stuck = new Recorder(() => (block ? new RetryLaterError('not now', 60_000) : undefined));
     const first = await open(dir, stuck);
     await first.driver.delivery!.start();
-    const changes = Array.from({ length: 120 }, (_, i) => change(1000 + i, i % 5));
-    for (let i = 0; i < changes.length; i += 40)
-      await first.driver.producer!.commitPage({
-        source: 'src',
-        changes: changes.slice(i, i + 40),
-        cursor: i + 40,
-        seenAbove: [],
-      });
+    const changes = Array.from({ length: 120 }, (_, i) => makeChange(i % 5));
+    await commitInPages(first.driver, changes, 40);
     await first.driver.delivery!.stop(500);
     await first.driver.close();
     opened.splice(opened.indexOf(first.driver), 1);
@@ -168,14 +153,8 @@ describe('local queue: memory path and recovery', () => {
     const sink = new Recorder(() => (slow ? new RetryLaterError('warming up', 30) : undefined));
     const { driver } = await open(dir, sink, { concurrency: 2 });
     await driver.delivery!.start();
-    const changes = Array.from({ length: 3000 }, (_, i) => change(5000 + i, i % 13));
-    for (let i = 0; i < changes.length; i += 50)
-      await driver.producer!.commitPage({
-        source: 'src',
-        changes: changes.slice(i, i + 50),
-        cursor: i + 50,
-        seenAbove: [],
-      });
+    const changes = Array.from({ length: 3000 }, (_, i) => makeChange(i % 13));
+    await commitInPages(driver, changes, 50);
     slow = false;
     await waitFor(() => sink.delivered.length === 3000, 20_000, 'the whole backlog delivered');
     expect(sink.overlap).toBe(0);
@@ -186,20 +165,12 @@ describe('local queue: memory path and recovery', () => {
     const dir = tempDir();
     let failures = 5;
     const sink = new Recorder((c) =>
-      c.subject_url === 'http://x/api/jobs/0' && failures > 0
-        ? (failures--, new RetryLaterError('no'))
-        : undefined,
+      c.subject_url === jobUrl(0) && failures > 0 ? (failures--, new RetryLaterError('no')) : undefined,
     );
     const { driver } = await open(dir, sink, { attempts: 20 });
     await driver.delivery!.start();
-    const changes = Array.from({ length: 400 }, (_, i) => change(9000 + i, i % 4));
-    for (let i = 0; i < changes.length; i += 50)
-      await driver.producer!.commitPage({
-        source: 'src',
-        changes: changes.slice(i, i + 50),
-        cursor: i + 50,
-        seenAbove: [],
-      });
+    const changes = Array.from({ length: 400 }, (_, i) => makeChange(i % 4));
+    await commitInPages(driver, changes, 50);
     await waitFor(() => sink.delivered.length === 400, 10_000, 'all delivered');
     expect(failures).toBe(0);
     expect(sink.overlap).toBe(0);

@@ -5,6 +5,7 @@ import { validateConfig } from '../../src/config/load.js';
 import type { FeedsyncConfig } from '../../src/config/types.js';
 import type { Change } from '../../src/core/change.js';
 import type { Sink } from '../../src/sinks/sink.js';
+import { makeChange as buildChange } from '../../src/testing/make-change.js';
 
 /** A valid config: one unreachable source (never polled here) and a jsonl entry per sink name. */
 export function driverConfig(
@@ -26,45 +27,45 @@ export function driverConfig(
   );
 }
 
-let nextEventId = 1;
-
-/** A change of `subject` with a fresh event id (unique within the test process). */
-export function makeChange(subject: string | number): Change {
-  const id = nextEventId++;
-  return {
-    schema: 'feedsync.change.v1',
-    key: `src:${id}`,
-    source: 'src',
-    service: 'workflow',
-    event_id: id,
-    event_type: 'job_updated',
-    resource_type: 'job',
-    operation: 'updated',
-    occurred_at: new Date(Date.now() - 1_000).toISOString(),
-    changes: ['name'],
-    event_url: null,
-    subject_url: `http://127.0.0.1:9/api/jobs/${subject}`,
-    subject_state: 'skipped',
-    subject: null,
-    source_rule: null,
-  };
+/** The subject URL of job `subject`, on the config's unreachable source. */
+export function jobUrl(subject: string | number): string {
+  return `http://127.0.0.1:9/api/jobs/${subject}`;
 }
 
-type FailurePlan = (change: Change, attempt: number) => Error | undefined;
+/**
+ * A change of source `src` about job `subject`, with a fresh event id (unique within the test
+ * process, increasing in build order). It occurred a second ago: the conformance suite expects an
+ * end-to-end time of at least a second.
+ */
+export function makeChange(subject: string | number): Change {
+  return buildChange({
+    source: 'src',
+    occurred_at: new Date(Date.now() - 1_000).toISOString(),
+    subject_url: jobUrl(subject),
+    subject_state: 'skipped',
+  });
+}
+
+/** The error a recording sink throws for this attempt at this change, if any. */
+export type FailurePlan = (change: Change, attempt: number) => Error | undefined;
 
 /**
- * Records successful deliveries in order and attempts per key; fails on demand; notes any two
- * changes of one subject in flight together. With `batches` it also takes deliverBatch calls.
+ * A sink that records every successful delivery in order, counts attempts per key, can be told to
+ * fail (RetryLaterError / NeverError / anything) and to take time, and checks that no two changes
+ * of one subject are ever in flight at once. With `batches` it also takes deliverBatch calls, each
+ * change of a batch delivered (and counted, and failed) on its own.
  */
 export class RecordingSink implements Sink {
   readonly delivered: Change[] = [];
   readonly attempts = new Map<string, number>();
   readonly overlaps: string[] = [];
-  private readonly inFlight = new Set<string>();
-  deliverBatch?: (changes: Change[]) => Promise<void>;
+  protected readonly inFlight = new Map<string, number>();
+  closed = false;
 
   constructor(
-    private readonly plan: { fail?: FailurePlan; latencyMs?: () => number; batches?: boolean } = {},
+    protected readonly plan: { fail?: FailurePlan; latencyMs?: () => number; batches?: boolean } = {},
+    /** Shared between sinks standing for the same sink in different processes. */
+    protected readonly shared?: SharedRecord,
   ) {
     if (plan.batches)
       this.deliverBatch = async (changes) => {
@@ -72,10 +73,20 @@ export class RecordingSink implements Sink {
       };
   }
 
-  async deliver(change: Change): Promise<void> {
+  deliverBatch?(changes: Change[]): Promise<void>;
+
+  /** Mark the change's subject in flight (recording an overlap if it already was); returns the unmark. */
+  protected enter(change: Change): () => void {
     const subject = change.subject_url ?? change.key;
-    if (this.inFlight.has(subject)) this.overlaps.push(change.key);
-    this.inFlight.add(subject);
+    const inFlight = this.shared?.inFlight ?? this.inFlight;
+    const overlaps = this.shared?.overlaps ?? this.overlaps;
+    if ((inFlight.get(subject) ?? 0) > 0) overlaps.push(`${subject} (${change.key})`);
+    inFlight.set(subject, (inFlight.get(subject) ?? 0) + 1);
+    return () => inFlight.set(subject, (inFlight.get(subject) ?? 1) - 1);
+  }
+
+  async deliver(change: Change): Promise<void> {
+    const leave = this.enter(change);
     try {
       const attempt = (this.attempts.get(change.key) ?? 0) + 1;
       this.attempts.set(change.key, attempt);
@@ -84,8 +95,9 @@ export class RecordingSink implements Sink {
       const failure = this.plan.fail?.(change, attempt);
       if (failure) throw failure;
       this.delivered.push(change);
+      this.shared?.log.push(change);
     } finally {
-      this.inFlight.delete(subject);
+      leave();
     }
   }
 
@@ -93,5 +105,13 @@ export class RecordingSink implements Sink {
     return this.delivered.map((c) => c.key);
   }
 
-  async close(): Promise<void> {}
+  async close(): Promise<void> {
+    this.closed = true;
+  }
+}
+
+export interface SharedRecord {
+  inFlight: Map<string, number>;
+  overlaps: string[];
+  log: Change[];
 }
