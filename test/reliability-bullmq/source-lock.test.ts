@@ -1,4 +1,4 @@
-// One poller per source across `feedsync poll` replicas (ARCHITECTURE invariant 7): the second
+// One poller per source across `feedsync poll` replicas (docs/architecture.md, invariant "one poller per source"): the second
 // replica waits for the Redis lease and does not poll; once the holder is killed with -9, it takes
 // over after the lease's TTL (queue.lease_ttl_ms, 3 s here) and carries on from the cursor in Redis
 // without losing a change.
