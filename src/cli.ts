@@ -5,18 +5,22 @@
 // place — same PID, same stdio, signals and exit code are the restarted program's own — so a
 // supervisor (tini, systemd, a test) sees one process. Where execve is missing (Windows) the
 // daemon runs with V8's default and a higher peak RSS. Setting the flag yourself (NODE_OPTIONS,
-// as the Docker image does) skips the restart and its ~30 ms. docs/performance.md has the figures.
+// as the Docker image does) skips the restart and its 10–20 ms. docs/performance.md has the figures.
 import { enableCompileCache } from 'node:module';
 import { daemonNodeFlags } from './heap.js';
 
 const flags = daemonNodeFlags(process.argv.slice(2), process.execArgv, process.env.NODE_OPTIONS);
 if (flags.length > 0 && typeof process.execve === 'function') {
-  process.execve(process.execPath, [
-    process.execPath,
-    ...process.execArgv,
-    ...flags,
-    ...process.argv.slice(1),
-  ]);
+  try {
+    process.execve(process.execPath, [
+      process.execPath,
+      ...process.execArgv,
+      ...flags,
+      ...process.argv.slice(1),
+    ]);
+  } catch {
+    // execve returns only when it failed (e.g. a sandbox forbids it): run as we are.
+  }
 }
 
 // Node keeps compiled bytecode of every module on disk (os.tmpdir()/node-compile-cache): from the
