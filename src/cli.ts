@@ -5,7 +5,7 @@
 // place — same PID, same stdio, signals and exit code are the restarted program's own — so a
 // supervisor (tini, systemd, a test) sees one process. Where execve is missing (Windows) the
 // daemon runs with V8's default and a higher peak RSS. Setting the flag yourself (NODE_OPTIONS,
-// as the Docker image does) skips the restart and its 10–20 ms. docs/performance.md has the figures.
+// as the Docker image does) skips the restart and its ~30 ms. docs/performance.md has the figures.
 import { enableCompileCache } from 'node:module';
 import { daemonNodeFlags } from './heap.js';
 
