@@ -1,13 +1,14 @@
-// The daemon commands restart themselves once (process.execve, same PID) with a bounded young
-// generation (src/heap.ts, docs/performance.md); an operator's own setting wins, and the
-// restarted daemon still stops gracefully on SIGTERM with exit code 0.
+// The built command line as it starts: the daemon commands restart themselves once
+// (process.execve, same PID) with a bounded young generation (src/heap.ts, docs/performance.md);
+// an operator's own setting wins; the restarted daemon still stops gracefully on SIGTERM with
+// exit code 0; and the bundle (scripts/build.mjs) reports the package's version.
 import { readFileSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { daemonNodeFlags, subcommandOf } from '../../src/heap.js';
-import { tempDir } from '../support/harness.js';
+import { tempDir, withSandbox } from '../support/harness.js';
 import { killAllCli, spawnCli, writeConfig } from './support/cli.js';
 
 describe('daemonNodeFlags', () => {
@@ -86,5 +87,58 @@ describe('feedsync run (child process)', () => {
     expect(argvOf(proc.pid).some((a) => a.includes('semi-space'))).toBe(false);
     const exit = await proc.stop(15_000);
     expect(exit.code, proc.text()).toBe(0);
+  });
+});
+
+describe('the bundled command line', () => {
+  const dir = tempDir('feedsync-bundle-');
+  let hook: Server;
+  const userAgents: string[] = [];
+  afterAll(async () => {
+    await killAllCli();
+    await new Promise((resolve) => hook.close(resolve));
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("posts webhooks with the package's version in the User-Agent", async () => {
+    const pkg = JSON.parse(readFileSync(join(import.meta.dirname, '../../package.json'), 'utf8')) as {
+      version: string;
+    };
+    hook = createServer((req, res) => {
+      userAgents.push(String(req.headers['user-agent']));
+      req.resume().on('end', () => res.writeHead(204).end());
+    });
+    await new Promise<void>((resolve) => hook.listen(0, '127.0.0.1', resolve));
+    const sandbox = await withSandbox({ backlog: 3, rate: 0 });
+    try {
+      const config = writeConfig(dir, {
+        store: { path: join(dir, 'store.db') },
+        http: { host: '127.0.0.1', port: 0 },
+        sources: [
+          {
+            name: 'scheduling',
+            service: 'scheduling',
+            base_url: sandbox.schedulingBaseUrl,
+            username: sandbox.username,
+            password: sandbox.password,
+            start_from: 'earliest',
+          },
+        ],
+        sinks: [
+          {
+            name: 'hook',
+            type: 'webhook',
+            url: `http://127.0.0.1:${(hook.address() as AddressInfo).port}/hook`,
+            secret: 'bundle-test-secret',
+          },
+        ],
+      });
+      const proc = spawnCli(['run'], { config });
+      for (let i = 0; i < 200 && userAgents.length === 0; i++) await new Promise((r) => setTimeout(r, 100));
+      expect(userAgents[0], proc.text()).toBe(`feedsync/${pkg.version}`);
+      expect((await proc.stop(15_000)).code).toBe(0);
+    } finally {
+      await sandbox.close();
+    }
   });
 });
