@@ -45,7 +45,12 @@ RUN apt-get update \
       --shell /usr/sbin/nologin feedsync \
  && mkdir -p /data /etc/feedsync/secrets \
  && chown 10001:10001 /data
+# The young-generation bound the daemon commands would otherwise restart themselves to get
+# (src/heap.ts, docs/performance.md): set here, `run` starts without the restart. An operator's
+# own NODE_OPTIONS replaces this; feedsync then adds the bound itself unless it names one.
+# (Node refuses --min-semi-space-size in NODE_OPTIONS; the restart sets both.)
 ENV NODE_ENV=production \
+    NODE_OPTIONS=--max-semi-space-size=8 \
     FEEDSYNC_CONFIG=/etc/feedsync/feedsync.yaml
 WORKDIR /app
 COPY --from=build /app/package.json ./package.json

@@ -101,7 +101,7 @@ async function startSandbox(dir: string, backlog: number) {
     { stdio: ['ignore', fd, 'ignore'] },
   );
   closeSync(fd);
-  for (let i = 0; i < 600; i++) {
+  for (let i = 0; i < 3000; i++) {
     const text = readFileSync(out, 'utf8');
     if (text.includes('password')) {
       const info = JSON.parse(text) as Record<string, string>;
@@ -110,7 +110,7 @@ async function startSandbox(dir: string, backlog: number) {
     await sleep(100);
   }
   child.kill();
-  throw new Error('the sandbox did not start within 60 s');
+  throw new Error('the sandbox did not start within 300 s');
 }
 
 async function drain(service: string, events: number, format: string, profileDir?: string) {

@@ -1,6 +1,17 @@
-// Compile TypeScript and copy the non-TS assets that ship inside the package (JSON Schemas).
+// Compile TypeScript and copy the non-TS assets that ship inside the package (JSON Schemas), then
+// bundle the command line: dist/cli.js and dist/cli-chunks/ replace the compiled cli.js.
 import { execFileSync } from 'node:child_process';
-import { chmodSync, cpSync, existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs';
+import {
+  chmodSync,
+  cpSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  statSync,
+} from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -32,8 +43,43 @@ function copyAssets(dir) {
   }
 }
 copyAssets(join(root, 'src'));
+await bundleCli();
 chmodSync(join(out, 'cli.js'), 0o755);
 const old = join(root, `.dist-old-${process.pid}`);
 if (existsSync(join(root, 'dist'))) renameSync(join(root, 'dist'), old);
 renameSync(out, join(root, 'dist'));
 rmSync(old, { recursive: true, force: true });
+
+/**
+ * Node spends most of a start-up resolving and reading ~250 module files (ours and the
+ * dependencies'); one file per lazily loaded command costs a fraction (docs/performance.md has
+ * the figures). The library entry points (dist/index.js, dist/testing/) stay unbundled. External:
+ * native and worker-spawning packages, and those that read their own files at run time.
+ */
+async function bundleCli() {
+  const { build } = await import('rolldown');
+  const pkgVersion = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).version;
+  // Both version modules read package.json by a path relative to themselves, which a chunk in
+  // another directory would miss: in the bundle the version is a constant.
+  const versionModules = {
+    [join(out, 'version.js')]: `export const version = ${JSON.stringify(pkgVersion)};`,
+    [join(out, 'sinks', 'version.js')]:
+      `export function feedsyncVersion() { return ${JSON.stringify(pkgVersion)}; }`,
+  };
+  const bundled = join(root, `.dist-bundle-${process.pid}`);
+  rmSync(bundled, { recursive: true, force: true });
+  try {
+    await build({
+      input: join(out, 'cli.js'),
+      platform: 'node',
+      cwd: out,
+      external: [/^node:/, 'better-sqlite3', 'bullmq', 'ioredis', 'pino-pretty', /^@opentelemetry\//],
+      plugins: [{ name: 'feedsync-version', load: (id) => versionModules[id] }],
+      output: { dir: bundled, format: 'esm', chunkFileNames: 'cli-chunks/[name]-[hash].js' },
+      logLevel: 'warn',
+    });
+    cpSync(bundled, out, { recursive: true });
+  } finally {
+    rmSync(bundled, { recursive: true, force: true });
+  }
+}

@@ -5,7 +5,9 @@ import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
-export const CLI_PATH = fileURLToPath(new URL('../../dist/cli.js', import.meta.url));
+/** The built CLI; FEEDSYNC_BENCH_CLI measures another build (e.g. one of main) with this bench. */
+export const CLI_PATH =
+  process.env.FEEDSYNC_BENCH_CLI ?? fileURLToPath(new URL('../../dist/cli.js', import.meta.url));
 
 export interface SandboxInfo {
   scheduling_base_url: string;

@@ -209,7 +209,10 @@ export function createMetrics(opts: MetricsOptions): Metrics {
       }
     }),
     events.on('page:committed', (e) => {
-      for (const eventType of e.eventTypes) eventsTotal.inc({ source: e.source, event_type: eventType });
+      // One inc per event type of the page, not per event: prom-client hashes the labels per call.
+      const perType = new Map<string, number>();
+      for (const eventType of e.eventTypes) perType.set(eventType, (perType.get(eventType) ?? 0) + 1);
+      for (const [eventType, n] of perType) eventsTotal.inc({ source: e.source, event_type: eventType }, n);
       cursorEventId.set({ source: e.source }, e.cursor);
       if (Number.isFinite(e.lastEventTimestamp)) {
         lastEventTimestamp.set({ source: e.source }, e.lastEventTimestamp as number);

@@ -1,7 +1,17 @@
 // Response bodies compressed with Content-Encoding gzip, deflate or br (what we offer in
 // Accept-Encoding). node:zlib does the work; this only picks the decoder per coding and bounds the
 // output, so a small hostile body cannot inflate into gigabytes.
-import { brotliDecompress, gunzip, inflate, inflateRaw, type ZlibOptions } from 'node:zlib';
+import {
+  brotliDecompress,
+  brotliDecompressSync,
+  gunzip,
+  gunzipSync,
+  inflate,
+  inflateRaw,
+  inflateRawSync,
+  inflateSync,
+  type ZlibOptions,
+} from 'node:zlib';
 import { promisify } from 'node:util';
 
 /** The value of our Accept-Encoding header. */
@@ -10,10 +20,22 @@ export const ACCEPT_ENCODING = 'gzip, deflate, br';
 /** Far above any feed page or subject (a page of 50 expanded events is a few MB). */
 const MAX_DECODED_BYTES = 256 * 1024 * 1024;
 
-const gunzipAsync = promisify(gunzip);
-const inflateAsync = promisify(inflate);
-const inflateRawAsync = promisify(inflateRaw);
-const brotliAsync = promisify(brotliDecompress);
+/**
+ * Bodies up to this size (compressed) are decoded synchronously. node:zlib's asynchronous form
+ * sets up a stream and a thread-pool round trip per call: ~70 µs of CPU for a 200-byte gzip'd
+ * subject against ~8 µs for the synchronous one, and the workflow feed makes one subject request
+ * per event. Above it, the thread pool keeps a large body from holding the event loop.
+ */
+const SYNC_MAX_BYTES = 256 * 1024;
+
+type Decode = (body: Buffer, opts: ZlibOptions) => Buffer | Promise<Buffer>;
+const decoders = (sync: Decode, async: Decode) => (body: Buffer, opts: ZlibOptions) =>
+  body.length <= SYNC_MAX_BYTES ? sync(body, opts) : async(body, opts);
+
+const gunzipAny = decoders(gunzipSync, promisify(gunzip));
+const inflateAny = decoders(inflateSync, promisify(inflate));
+const inflateRawAny = decoders(inflateRawSync, promisify(inflateRaw));
+const brotliAny = decoders(brotliDecompressSync, promisify(brotliDecompress));
 
 export class ContentEncodingError extends Error {
   override name = 'ContentEncodingError';
@@ -41,12 +63,16 @@ async function decodeOne(body: Buffer, coding: string): Promise<Buffer> {
     switch (coding) {
       case 'gzip':
       case 'x-gzip':
-        return await gunzipAsync(body, opts);
+        return await gunzipAny(body, opts);
       case 'br':
-        return await brotliAsync(body, { maxOutputLength: MAX_DECODED_BYTES });
+        return await brotliAny(body, { maxOutputLength: MAX_DECODED_BYTES });
       case 'deflate':
         // RFC 9110 says zlib-wrapped; some servers send raw deflate, as browsers also accept.
-        return await inflateAsync(body, opts).catch(() => inflateRawAsync(body, opts));
+        try {
+          return await inflateAny(body, opts);
+        } catch {
+          return await inflateRawAny(body, opts);
+        }
     }
   } catch (err) {
     throw new ContentEncodingError(

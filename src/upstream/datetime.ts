@@ -11,6 +11,9 @@ const ISO_DATETIME =
  * without a zone is read as UTC instead of refused.
  */
 export function normalizeDateTime(s: string, zoneless: 'reject' | 'utc' = 'reject'): string | undefined {
+  // Every string of a decoded body comes through here: most are not date-times, and a T at index
+  // 10 with at least YYYY-MM-DDTHH:MM is what ISO_DATETIME needs before it can match.
+  if (s.length < 16 || s.charCodeAt(10) !== 84 /* T */) return undefined;
   const m = ISO_DATETIME.exec(s);
   if (!m) return undefined;
   const [, y, mo, d, hh, mi, ss = '0', frac = '', zone = zoneless === 'utc' ? 'Z' : undefined] = m;
@@ -33,6 +36,9 @@ export function normalizeDateTime(s: string, zoneless: 'reject' | 'utc' = 'rejec
     if (oh > 23 || om > 59) return undefined;
     offsetMinutes = sign * (oh * 60 + om);
   }
+  // Already in the normalized form (what our own output and most services send): the checks
+  // above are all it needed, and the string is its own result.
+  if (zone === 'Z' && frac.length === 3 && s.length === 24) return s;
   // Milliseconds are truncated, as Date.parse does with finer fractions.
   const ms = frac === '' ? 0 : Number(frac.slice(0, 3).padEnd(3, '0'));
   // setUTCFullYear rather than Date.UTC, which maps years 0–99 to 1900–1999.
@@ -44,5 +50,5 @@ export function normalizeDateTime(s: string, zoneless: 'reject' | 'utc' = 'rejec
 
 function daysInMonth(year: number, month: number): number {
   if (month === 2) return (year % 4 === 0 && year % 100 !== 0) || year % 400 === 0 ? 29 : 28;
-  return [4, 6, 9, 11].includes(month) ? 30 : 31;
+  return month === 4 || month === 6 || month === 9 || month === 11 ? 30 : 31;
 }

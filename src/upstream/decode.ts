@@ -103,7 +103,10 @@ function normalizeCollection(value: Record<string, Json>): NormalizedCollection 
 
 function normalizeObject(value: Record<string, Json>): { [key: string]: Json | undefined } {
   const out: { [key: string]: Json | undefined } = {};
-  for (const [k, v] of Object.entries(value)) {
+  // for…in over a parsed object sees exactly its own keys (its prototype is Object.prototype,
+  // whose properties are not enumerable) without Object.entries' array per object.
+  for (const k in value) {
+    const v = value[k]!;
     // A plain assignment to "__proto__" would set the prototype instead of a field.
     if (k === '__proto__')
       Object.defineProperty(out, k, {

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { DecodeError } from '../../src/core/errors.js';
 import { decodeBody } from '../../src/upstream/decode.js';
@@ -134,6 +135,25 @@ describe('normalization details', () => {
     ]) {
       expect(normalizeDateTime(bad)).toBeUndefined();
     }
+  });
+
+  it('normalizeDateTime returns an already-normalized date-time as is, and still checks it', () => {
+    // The short cut for `…:SS.mmmZ` must agree with the full path for every valid instant.
+    fc.assert(
+      fc.property(
+        fc.date({ min: new Date(0), max: new Date(Date.UTC(9999, 11, 31)), noInvalidDate: true }),
+        (d) => {
+          const iso = d.toISOString();
+          expect(normalizeDateTime(iso)).toBe(iso);
+          expect(normalizeDateTime(iso.replace('Z', '+00:00'))).toBe(iso);
+        },
+      ),
+    );
+    for (const bad of ['2025-02-29T00:00:00.000Z', '2026-11-20T24:00:00.000Z', '2026-00-10T00:00:00.000Z'])
+      expect(normalizeDateTime(bad)).toBeUndefined();
+    // Not date-times at all: refused before the regular expression.
+    for (const other of ['', 'T', '2026-11-20', '2026-11-20 10:15:00Z', 'Tuesday 2026-11-20T10:15Z'])
+      expect(normalizeDateTime(other)).toBeUndefined();
   });
 });
 
