@@ -28,6 +28,7 @@ const { values: opts } = parseArgs({
     profile: { type: 'string' },
     status: { type: 'string' },
     dist: { type: 'string', default: join(root, 'dist') },
+    'node-flag': { type: 'string', multiple: true, default: [] },
     help: { type: 'boolean', default: false },
   },
 });
@@ -39,7 +40,8 @@ if (opts.help) {
   first line was written (start-up excluded), wall time and peak RSS.
   --profile DIR  run under --cpu-prof and write DIR/cpu-profile-<service>.txt (top 10 self time)
   --status N     also time \`feedsync status\` on a store holding N queued changes
-  --dist DIR     the built product to measure (default: ./dist), e.g. a build of main`);
+  --dist DIR     the built product to measure (default: ./dist), e.g. a build of main
+  --node-flag F  start \`feedsync run\` with this node flag (repeatable), e.g. --node-flag=--max-semi-space-size=16`);
   process.exit(0);
 }
 const dist = resolve(opts.dist!);
@@ -131,6 +133,8 @@ async function drain(service: string, events: number, format: string, profileDir
           format,
           start_from: 'earliest',
           poll_interval_ms: 1000,
+          // As in \`npm run bench\`: on loopback compression only costs CPU on both sides.
+          compression: false,
         },
       ],
       sinks: [{ name: 'file', type: 'jsonl', path: jsonl }],
@@ -138,7 +142,7 @@ async function drain(service: string, events: number, format: string, profileDir
       log: { level: 'warn' },
     };
     writeFileSync(join(dir, 'feedsync.json'), JSON.stringify(config));
-    const nodeArgs = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${dir}/prof`] : [];
+    const nodeArgs = [...opts['node-flag']!, ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${dir}/prof`] : [])];
     const started = performance.now();
     const run = spawn(process.execPath, [...nodeArgs, cli, 'run', '--config', join(dir, 'feedsync.json')], {
       stdio: ['ignore', 'ignore', 'inherit'],
