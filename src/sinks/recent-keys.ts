@@ -4,8 +4,11 @@
  * before the ack), so remembering the most recent N keys is enough and keeps memory constant.
  */
 export class RecentKeys {
-  // A Set iterates in insertion order, so its first element is always the oldest key.
   private readonly keys = new Set<string>();
+  // Insertion order in a ring: evicting the oldest is one array read. (Taking a Set's first
+  // element instead walks past every entry deleted since V8 last rebuilt the table.)
+  private readonly order: string[] = [];
+  private next = 0;
 
   constructor(readonly capacity: number) {
     if (!Number.isInteger(capacity) || capacity < 1) {
@@ -19,11 +22,10 @@ export class RecentKeys {
 
   add(key: string): void {
     if (this.keys.has(key)) return;
+    if (this.order.length === this.capacity) this.keys.delete(this.order[this.next]!);
+    this.order[this.next] = key;
+    this.next = (this.next + 1) % this.capacity;
     this.keys.add(key);
-    if (this.keys.size > this.capacity) {
-      const oldest = this.keys.values().next().value as string;
-      this.keys.delete(oldest);
-    }
   }
 
   get size(): number {

@@ -1,6 +1,6 @@
 // HTTP Digest authentication (RFC 7616, with RFC 2069 compatibility when no qop is offered).
 // Pure logic, no I/O: the HTTP client feeds challenges in and asks for Authorization headers.
-import { createHash, randomUUID } from 'node:crypto';
+import { hash, randomUUID } from 'node:crypto';
 
 export type DigestAlgorithm = 'MD5' | 'MD5-sess' | 'SHA-256' | 'SHA-256-sess';
 
@@ -148,10 +148,10 @@ function strength(a: DigestAlgorithm): number {
   return a.startsWith('SHA-256') ? 2 : 1;
 }
 
+// crypto.hash is the one-shot form: a quarter of createHash().update().digest()'s cost, and a
+// Digest request hashes three to five strings.
 function h(algorithm: DigestAlgorithm, data: string): string {
-  return createHash(algorithm.startsWith('SHA-256') ? 'sha256' : 'md5')
-    .update(data, 'utf8')
-    .digest('hex');
+  return hash(algorithm.startsWith('SHA-256') ? 'sha256' : 'md5', data, 'hex');
 }
 
 function quote(s: string): string {
@@ -161,6 +161,24 @@ function quote(s: string): string {
 export interface DigestCredentials {
   username: string;
   password: string;
+}
+
+// H(username:realm:password) per credentials, algorithm and realm: the same for every request
+// until the realm changes, and one of the three hashes each request would otherwise compute.
+const credentialHashes = new WeakMap<DigestCredentials, Map<string, string>>();
+
+function credentialHash(alg: DigestAlgorithm, creds: DigestCredentials, realm: string): string {
+  let byRealm = credentialHashes.get(creds);
+  if (!byRealm) credentialHashes.set(creds, (byRealm = new Map()));
+  const key = `${alg}:${realm}`;
+  let value = byRealm.get(key);
+  if (value === undefined) {
+    value = h(alg, `${creds.username}:${realm}:${creds.password}`);
+    // A server that changes realms endlessly must not grow this without bound.
+    if (byRealm.size >= 16) byRealm.clear();
+    byRealm.set(key, value);
+  }
+  return value;
 }
 
 /** Build one Authorization header value for `challenge`. `nc` is the 1-based nonce count. */
@@ -173,7 +191,7 @@ export function buildAuthorization(
   cnonce: string,
 ): string {
   const alg = challenge.hash;
-  let ha1 = h(alg, `${creds.username}:${challenge.realm}:${creds.password}`);
+  let ha1 = credentialHash(alg, creds, challenge.realm);
   if (alg.endsWith('-sess')) ha1 = h(alg, `${ha1}:${challenge.nonce}:${cnonce}`);
   const ha2 = h(alg, `${method}:${uri}`);
   const ncHex = nc.toString(16).padStart(8, '0');

@@ -225,6 +225,24 @@ describe('H2: chunked transfer encoding and Content-Length', () => {
   });
 });
 
+describe('the deadline covers the body', () => {
+  it('headers on time and a body that stalls: a timeout, the connection not reused', async () => {
+    const { url, seen } = await serve((_req, res, _seen, n) => {
+      const bytes = Buffer.from(BODY);
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(bytes.length) });
+      if (n === 1 && seen.length === 1) res.write(bytes.subarray(0, 10));
+      else res.end(bytes);
+    });
+    const { client: c, codes } = client({ timeoutMs: 150, retry: { attempts: 2, baseMs: 1, maxMs: 2 } });
+    const t0 = Date.now();
+    expect(await c.get(url, { kind: 'subject' })).toMatchObject({ status: 200, resource: DECODED });
+    expect(Date.now() - t0).toBeLessThan(2000);
+    expect(codes).toEqual(['timeout', '200']);
+    // The stalled connection was abandoned: the retry went out on another one.
+    expect(seen.map((s) => s.socket)).toEqual([1, 2]);
+  });
+});
+
 describe('H1: the server closes idle keep-alive connections', () => {
   it('a GET after the server’s idle timeout goes out on a new connection, nothing counted as failed', async () => {
     const { url, seen, server } = await serve((_req, res) => sendJson(res, BODY));
