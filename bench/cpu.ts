@@ -142,7 +142,10 @@ async function drain(service: string, events: number, format: string, profileDir
       log: { level: 'warn' },
     };
     writeFileSync(join(dir, 'feedsync.json'), JSON.stringify(config));
-    const nodeArgs = [...opts['node-flag']!, ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${dir}/prof`] : [])];
+    const nodeArgs = [
+      ...opts['node-flag']!,
+      ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${dir}/prof`] : []),
+    ];
     const started = performance.now();
     const run = spawn(process.execPath, [...nodeArgs, cli, 'run', '--config', join(dir, 'feedsync.json')], {
       stdio: ['ignore', 'ignore', 'inherit'],
