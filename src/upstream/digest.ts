@@ -155,7 +155,8 @@ function h(algorithm: DigestAlgorithm, data: string): string {
 }
 
 function quote(s: string): string {
-  return `"${s.replace(/["\\]/g, '\\$&')}"`;
+  // Nearly every value has nothing to escape: skip the regular expression then.
+  return s.includes('"') || s.includes('\\') ? `"${s.replace(/["\\]/g, '\\$&')}"` : `"${s}"`;
 }
 
 export interface DigestCredentials {
