@@ -3,19 +3,14 @@
 // drives the built product in ../dist as separate processes and reads their CPU time from /proc
 // (Linux). Run with Node 24 (types are stripped): `npm run build && node bench/cpu.ts --help`.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import {
-  closeSync,
-  mkdtempSync,
-  openSync,
-  readFileSync,
-  readSync,
-  readdirSync,
-  writeFileSync,
-} from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readFileSync, readSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
+// Run type-stripped, so these name the .ts files; tsc compiles the same modules for `npm run bench`.
+import { topSelfTime } from './src/profile.ts';
+import { statusTime } from './src/status-time.ts';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const TICK_US = 1_000_000 / Number(spawnSync('getconf', ['CLK_TCK']).stdout.toString().trim() || 100);
@@ -179,7 +174,7 @@ async function drain(service: string, events: number, format: string, profileDir
       peak_rss_mb: Math.round(last.rssPeakKb / 1024),
     };
     if (profileDir) {
-      const summary = topSelfTime(join(dir, 'prof'), 10, result);
+      const summary = topSelfTime(join(dir, 'prof'), 10, [JSON.stringify(result)]);
       writeFileSync(join(profileDir, `cpu-profile-${service}.txt`), summary);
     }
     return result;
@@ -189,121 +184,10 @@ async function drain(service: string, events: number, format: string, profileDir
   }
 }
 
-/** The top self-time functions of the newest .cpuprofile in dir, as text. */
-function topSelfTime(dir: string, n: number, result: object): string {
-  const file = readdirSync(dir)
-    .filter((f) => f.endsWith('.cpuprofile'))
-    .sort()
-    .pop();
-  if (!file) return 'no profile written\n';
-  const profile = JSON.parse(readFileSync(join(dir, file), 'utf8')) as {
-    nodes: { id: number; callFrame: { functionName: string; url: string; lineNumber: number } }[];
-    samples: number[];
-    timeDeltas: number[];
-  };
-  const nodes = new Map(profile.nodes.map((node) => [node.id, node]));
-  const self = new Map<string, number>();
-  let total = 0;
-  profile.samples.forEach((id, i) => {
-    const frame = nodes.get(id)!.callFrame;
-    const where = frame.url
-      ? ` ${frame.url.replace(/^.*\/(dist|node_modules)\//, '$1/')}:${frame.lineNumber + 1}`
-      : '';
-    const key = `${frame.functionName || '(anonymous)'}${where}`;
-    const dt = profile.timeDeltas[i] ?? 0;
-    self.set(key, (self.get(key) ?? 0) + dt);
-    total += dt;
-  });
-  const busy = total - (self.get('(idle)') ?? 0);
-  const rows = [...self]
-    .filter(([k]) => k !== '(idle)')
-    .sort((a, b) => b[1] - a[1])
-    .slice(0, n)
-    .map(
-      ([k, t]) =>
-        `${(t / 1000).toFixed(0).padStart(6)} ms ${((100 * t) / busy).toFixed(1).padStart(5)} %  ${k}`,
-    );
-  return [
-    `# node --cpu-prof of \`feedsync run\`: top ${n} self-time functions (share of non-idle samples)`,
-    `# ${JSON.stringify(result)}`,
-    '# The profiler samples wall time: a function blocked in a system call (socket write, fsync)',
-    '# is charged while it waits, so the CPU figures above are the measure; this is the where.',
-    ...rows,
-    `# non-idle total ${(busy / 1000).toFixed(0)} ms`,
-    '',
-  ].join('\n');
-}
-
-/** A store with `count` changes queued for one jsonl sink, then `feedsync status` timed on it. */
-async function statusTime(count: number) {
-  const dir = mkdtempSync(join(tmpdir(), 'feedsync-status-'));
-  const raw = {
-    store: { path: join(dir, 'feedsync.db') },
-    sources: [
-      {
-        name: 'scheduling',
-        service: 'scheduling',
-        base_url: 'http://127.0.0.1:9',
-        username: 'u',
-        password: 'p',
-      },
-    ],
-    sinks: [{ name: 'file', type: 'jsonl', path: join(dir, 'changes.jsonl') }],
-    http: { host: '127.0.0.1', port: 0 },
-  };
-  writeFileSync(join(dir, 'feedsync.json'), JSON.stringify(raw));
-  const { validateConfig } = await import(join(dist, 'config/load.js'));
-  const { createLocalDriver } = await import(join(dist, 'queue/local/index.js'));
-  const { PipelineEvents } = await import(join(dist, 'core/events.js'));
-  const pino = (await import('pino')).default;
-  const config = validateConfig(raw, { dir });
-  const driver = await createLocalDriver({
-    config,
-    mode: 'run',
-    sinks: [],
-    events: new PipelineEvents(),
-    logger: pino({ level: 'silent' }),
-  });
-  const subject = { resource_type: 'job', id: 1, state: 'done', note: 'x'.repeat(400) };
-  for (let i = 0; i < count; i += 50) {
-    const changes = Array.from({ length: Math.min(50, count - i) }, (_, j) => {
-      const id = i + j + 1;
-      return {
-        schema: 'feedsync.change.v1',
-        key: `scheduling:${id}`,
-        source: 'scheduling',
-        service: 'scheduling',
-        event_id: id,
-        event_type: 'job_updated',
-        resource_type: 'job',
-        operation: 'updated',
-        occurred_at: new Date(1_700_000_000_000 + id).toISOString(),
-        changes: ['state'],
-        event_url: `http://127.0.0.1:9/api/events/${id}`,
-        subject_url: `http://127.0.0.1:9/api/jobs/${id % 997}`,
-        subject_state: 'present',
-        subject: { ...subject, id: id % 997 },
-        source_rule: null,
-      };
-    });
-    await driver.producer.commitPage({ source: 'scheduling', changes, cursor: i + 50, seenAbove: [] });
-  }
-  await driver.close();
-  const times: number[] = [];
-  for (let i = 0; i < 3; i++) {
-    const t = performance.now();
-    const r = spawnSync(process.execPath, [cli, 'status', '--config', join(dir, 'feedsync.json')]);
-    if (r.status !== 0) throw new Error(`status failed: ${r.stderr.toString()}`);
-    times.push(performance.now() - t);
-  }
-  return {
-    queued: count,
-    status_wall_ms: times.map((t) => Math.round(t)),
-    best_ms: Math.round(Math.min(...times)),
-  };
-}
-
 const services = opts.service ?? ['scheduling', 'workflow'];
 for (const service of services)
   console.log(JSON.stringify(await drain(service, Number(opts.events), opts.format!, opts.profile)));
-if (opts.status) console.log(JSON.stringify(await statusTime(Number(opts.status))));
+if (opts.status) {
+  const dir = mkdtempSync(join(tmpdir(), 'feedsync-status-'));
+  console.log(JSON.stringify(await statusTime({ count: Number(opts.status), dist, dir })));
+}

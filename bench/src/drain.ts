@@ -6,6 +6,7 @@ import { stringify } from 'yaml';
 import type { SandboxEvent, ServiceName } from '../../dist/sandbox/types.js';
 import { serviceCounts, type SandboxControl, type ServiceCounts } from './control.js';
 import { JsonlTail } from './jsonl-tail.js';
+import { cpuUs } from './proc-cpu.js';
 import { spawnChild, type Child, type SandboxInfo } from './procs.js';
 
 export type DrainMode = 'local' | 'bullmq';
@@ -32,6 +33,15 @@ export interface ServiceDrain extends ServiceCounts {
   events: number;
 }
 
+/** User + system CPU of one feedsync process (null when /proc could not be read). */
+export interface ProcessCpu {
+  role: string;
+  /** Sampled after the drain completed, just before the process was stopped. */
+  us: number | null;
+  /** Sampled when the first line showed up in the jsonl sink (within one 50 ms poll of the tail). */
+  usAtFirstLine: number | null;
+}
+
 export interface DrainResult {
   mode: DrainMode;
   seconds: number;
@@ -41,6 +51,13 @@ export interface DrainResult {
   perService: ServiceDrain[];
   /** Peak RSS (bytes) per feedsync process, by role. */
   peakRss: { role: string; bytes: number }[];
+  cpu: ProcessCpu[];
+  /** CPU µs of all feedsync processes of the drain (poll + work-1 + work-2, or run); null if unread. */
+  cpuTotalUs: number | null;
+  /** cpuTotalUs / events: issue 12's "CPU per event". */
+  cpuUsPerEvent: number | null;
+  /** The same from the first line in the sink on (start-up left out), / all events as in cpu.ts. */
+  cpuUsPerEventAfterFirstLine: number | null;
   /** Node flags the feedsync processes ran with. */
   nodeArgs?: string[];
   /** Last output of each process (warnings and errors), for diagnosis; not part of the results. */
@@ -88,6 +105,11 @@ export function startFeedsync(opts: DrainOptions, configPath: string): { role: s
       ];
 }
 
+/** A sum that is unknown when any part is. */
+function sumOrNull(xs: (number | null)[]): number | null {
+  return xs.some((x) => x === null) ? null : xs.reduce<number>((a, x) => a + x!, 0);
+}
+
 export async function runDrain(opts: DrainOptions): Promise<DrainResult> {
   mkdirSync(opts.dir, { recursive: true });
   const jsonlPath = join(opts.dir, 'changes.jsonl');
@@ -98,9 +120,13 @@ export async function runDrain(opts: DrainOptions): Promise<DrainResult> {
   const started = performance.now();
   const procs = startFeedsync(opts, configPath);
   let seconds = 0;
+  let atFirstLine: (number | null)[] | undefined;
+  let atEnd: (number | null)[] = [];
   try {
     const deadline = Date.now() + opts.timeoutMs;
     while (tail.poll() > 0 && Date.now() < deadline) {
+      // CPU after the first line leaves start-up out, as bench/cpu.ts does.
+      if (atFirstLine === undefined && tail.lines > 0) atFirstLine = procs.map((p) => cpuUs(p.child.pid));
       for (const p of procs) {
         if (p.child.proc.exitCode !== null)
           throw new Error(`feedsync ${p.role} exited with ${p.child.proc.exitCode}: ${p.child.output()}`);
@@ -109,11 +135,21 @@ export async function runDrain(opts: DrainOptions): Promise<DrainResult> {
     }
     seconds = (performance.now() - started) / 1000;
   } finally {
+    // CPU must be read while the processes are alive: /proc/<pid>/stat is gone after they exit.
+    atEnd = procs.map((p) => cpuUs(p.child.pid));
     // RSS is sampled before SIGTERM inside stop(); the processes stop together.
     await Promise.all(procs.map((p) => p.child.stop()));
     tail.close();
   }
   const stats = await opts.control.stats();
+  const cpu = procs.map((p, i) => ({
+    role: p.role,
+    us: atEnd[i] ?? null,
+    usAtFirstLine: atFirstLine?.[i] ?? null,
+  }));
+  const events = keys.length;
+  const cpuTotalUs = sumOrNull(cpu.map((c) => c.us));
+  const cpuAtFirstLine = sumOrNull(cpu.map((c) => c.usAtFirstLine));
   return {
     mode: opts.mode,
     seconds,
@@ -126,6 +162,11 @@ export async function runDrain(opts: DrainOptions): Promise<DrainResult> {
       ...serviceCounts(stats, service),
     })),
     peakRss: procs.map((p) => ({ role: p.role, bytes: p.child.peakRss() })),
+    cpu,
+    cpuTotalUs,
+    cpuUsPerEvent: cpuTotalUs === null ? null : cpuTotalUs / events,
+    cpuUsPerEventAfterFirstLine:
+      cpuTotalUs === null || cpuAtFirstLine === null ? null : (cpuTotalUs - cpuAtFirstLine) / events,
     output: Object.fromEntries(procs.map((p) => [p.role, p.child.output()])),
   };
 }

@@ -52,9 +52,15 @@ export async function startBenchRedis(): Promise<BenchRedis> {
   const bin = findRedis();
   const dir = mkdtempSync(join(tmpdir(), 'feedsync-bench-redis-'));
   const port = await freePort();
+  // AOF with fsync every second (Redis's default policy), as a production Redis for feedsync runs:
+  // `feedsync poll` refuses a Redis that does not persist (it keeps the cursors there), and the
+  // bullmq figures should include what persistence costs.
   const child = spawn(
     bin,
-    ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no'],
+    [
+      ...['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', ''],
+      ...['--appendonly', 'yes', '--appendfsync', 'everysec'],
+    ],
     { stdio: 'ignore' },
   );
   const kill = (): void => void child.kill('SIGKILL');

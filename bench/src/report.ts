@@ -5,6 +5,7 @@ import type { DrainResult } from './drain.js';
 import type { LatencyResult } from './latency.js';
 import type { RawResult } from './raw-limit.js';
 import type { StartupResult } from './startup.js';
+import type { StatusTimeResult } from './status-time.js';
 
 export interface TargetCheck {
   target: string;
@@ -23,10 +24,24 @@ export interface BenchReport {
   bare_bullmq: BareBullmqResult | null;
   latency: LatencyResult;
   startup: StartupResult;
+  /** `feedsync status` on a store with many queued changes; null when it failed (see errors). */
+  status: StatusTimeResult | null;
+  /** Profiled local drains (one per service): their summaries, not figures for the table. */
+  cpu_profiles: CpuProfileRun[];
   memory: Omit<DrainResult, 'output'>[];
   errors: string[];
   targets: TargetCheck[];
   total_seconds: number;
+}
+
+export interface CpuProfileRun {
+  service: string;
+  /** The summary written, relative to the repository. */
+  file: string;
+  seconds: number;
+  events: number;
+  cpuUsPerEvent: number;
+  complete: boolean;
 }
 
 /** The sandbox's default digest nonce lifetime (src/sandbox/types.ts). */
@@ -51,10 +66,33 @@ export interface DrainRow {
   unauthorizedPer1000: number;
   unauthorizedPerNonceLifetime: number;
   peakRssMb: string;
+  /** User+sys CPU of all feedsync processes of the drain / events. */
+  cpuUsPerEvent: number;
+  /** The same from the first line in the sink on: start-up left out. */
+  cpuUsPerEventAfterFirstLine: number;
+  /** CPU seconds per process, by role. */
+  cpuByRole: string;
+  /** bullmq events/s ÷ local events/s for the same service (NaN on local rows). */
+  bullmqVsLocal: number;
   complete: boolean;
 }
 
+/** Events per second of every drain, keyed by `mode service`. */
+function drainRates(r: Pick<BenchReport, 'drains'>): Map<string, number> {
+  return new Map(
+    r.drains.flatMap((d) =>
+      d.perService.map((s) => [`${d.mode} ${s.service}`, s.events / d.seconds] as const),
+    ),
+  );
+}
+
+/** How far a figure is from its target, e.g. " (target 50: 1.9×)"; empty when met. */
+function miss(value: number, target: number, met: boolean): string {
+  return met ? '' : ` (target ${target}: ${(value / target).toPrecision(2)}×)`;
+}
+
 export function drainRows(r: Pick<BenchReport, 'drains' | 'raw' | 'plans'>): DrainRow[] {
+  const rates = drainRates(r);
   return r.drains.flatMap((d) =>
     d.perService.map((s) => {
       const raw = r.raw.find((x) => x.service === s.service);
@@ -75,6 +113,11 @@ export function drainRows(r: Pick<BenchReport, 'drains' | 'raw' | 'plans'>): Dra
         unauthorizedPer1000: (1000 * s.unauthorized) / Math.max(1, s.requests),
         unauthorizedPerNonceLifetime: s.unauthorized / Math.max(1, Math.ceil(d.seconds / NONCE_TTL_S)),
         peakRssMb: d.peakRss.map((p) => `${p.role} ${(p.bytes / MB).toFixed(0)}`).join(', '),
+        cpuUsPerEvent: d.cpuUsPerEvent ?? Number.NaN,
+        cpuUsPerEventAfterFirstLine: d.cpuUsPerEventAfterFirstLine ?? Number.NaN,
+        cpuByRole: d.cpu.map((c) => `${c.role} ${c.us === null ? '?' : (c.us / 1e6).toFixed(2)}`).join(', '),
+        bullmqVsLocal:
+          d.mode === 'bullmq' ? eps / (rates.get(`local ${s.service}`) ?? Number.NaN) : Number.NaN,
         complete: d.complete,
       };
     }),
@@ -83,13 +126,28 @@ export function drainRows(r: Pick<BenchReport, 'drains' | 'raw' | 'plans'>): Dra
 
 export function evaluate(r: BenchReport): TargetCheck[] {
   const checks: TargetCheck[] = [];
-  for (const row of drainRows(r)) {
+  const rows = drainRows(r);
+  for (const row of rows) {
     const tag = `${row.mode} ${row.service}`;
-    checks.push({
-      target: `${tag}: drain >= 0.8x raw limit`,
-      figure: `${row.ratio.toFixed(2)}x (${row.eventsPerSecond.toFixed(0)} / ${row.rawEventsPerSecond.toFixed(0)} ev/s)${row.complete ? '' : ' INCOMPLETE'}`,
-      met: row.complete && row.ratio >= 0.8,
-    });
+    const incomplete = row.complete ? '' : ' INCOMPLETE';
+    if (row.mode === 'local') {
+      // Issue 12's thresholds; they replace an older issue's 0.8x for every row. BullMQ rows are
+      // held against the local drain instead (below), not against the raw limit.
+      const minRatio = row.service === 'workflow' ? 0.8 : 0.6;
+      const met = row.complete && row.ratio >= minRatio;
+      checks.push({
+        target: `${tag}: drain >= ${minRatio}x raw limit`,
+        figure: `${row.ratio.toFixed(2)}x (${row.eventsPerSecond.toFixed(0)} / ${row.rawEventsPerSecond.toFixed(0)} ev/s)${miss(row.ratio, minRatio, met)}${incomplete}`,
+        met,
+      });
+      const maxCpu = row.service === 'workflow' ? 120 : 50;
+      const cpuMet = row.complete && row.cpuUsPerEvent <= maxCpu;
+      checks.push({
+        target: `${tag}: <= ${maxCpu} µs CPU (user+sys) per event`,
+        figure: `${row.cpuUsPerEvent.toFixed(0)} µs${miss(row.cpuUsPerEvent, maxCpu, cpuMet)}; after the first line ${row.cpuUsPerEventAfterFirstLine.toFixed(0)} µs${incomplete}`,
+        met: cpuMet,
+      });
+    }
     const maxRpe = row.service === 'workflow' ? 1.02 : 0.021;
     checks.push({
       target: `${tag}: <= ${maxRpe} upstream requests per event`,
@@ -114,10 +172,11 @@ export function evaluate(r: BenchReport): TargetCheck[] {
     const large = runs.at(-1);
     if (large) {
       const events = large.perService.reduce((a, s) => a + s.events, 0) / large.perService.length;
+      const met = peak(large) <= 150 * MB;
       checks.push({
         target: `local peak RSS <= 150 MB at a ${events} backlog${label}`,
-        figure: `${(peak(large) / MB).toFixed(0)} MB${large.complete ? '' : ' (drain INCOMPLETE)'}`,
-        met: peak(large) <= 150 * MB,
+        figure: `${(peak(large) / MB).toFixed(0)} MB${miss(peak(large) / MB, 150, met)}${large.complete ? '' : ' (drain INCOMPLETE)'}`,
+        met,
       });
     }
     if (small && large && small !== large) {
@@ -129,17 +188,46 @@ export function evaluate(r: BenchReport): TargetCheck[] {
       });
     }
   }
+  const rates = drainRates(r);
+  for (const service of new Set(rows.map((row) => row.service))) {
+    const bullmq = rows.find((row) => row.mode === 'bullmq' && row.service === service);
+    const target = `bullmq ${service}: drain (poll + 2x work) >= 0.8x local drain`;
+    if (!bullmq) {
+      checks.push({ target, figure: 'no bullmq drain (see errors)', met: false });
+      continue;
+    }
+    const met = bullmq.complete && bullmq.bullmqVsLocal >= 0.8;
+    checks.push({
+      target,
+      figure: `${bullmq.bullmqVsLocal.toFixed(2)}x (${bullmq.eventsPerSecond.toFixed(0)} / ${(rates.get(`local ${service}`) ?? Number.NaN).toFixed(0)} ev/s)${miss(bullmq.bullmqVsLocal, 0.8, met)}${bullmq.complete ? '' : ' INCOMPLETE'}`,
+      met,
+    });
+  }
   const st = r.startup;
+  const startupMet = st.medianMs <= 150;
   checks.push({
     target: 'process start -> first upstream request (run, local) <= 150 ms',
-    figure: `median ${st.medianMs.toFixed(0)} ms (min ${st.minMs.toFixed(0)}, first start with an empty compile cache ${st.coldMs.toFixed(0)} ms)`,
-    met: st.medianMs <= 150,
+    figure: `median ${st.medianMs.toFixed(0)} ms${miss(st.medianMs, 150, startupMet)} (min ${st.minMs.toFixed(0)}, first start with an empty compile cache ${st.coldMs.toFixed(0)} ms)`,
+    met: startupMet,
   });
+  const status = r.status;
+  const statusTarget = `feedsync status wall time on a store with ${status?.queued ?? '?'} queued changes <= 300 ms`;
+  if (!status) checks.push({ target: statusTarget, figure: 'not measured (see errors)', met: false });
+  else {
+    const met = status.best_ms <= 300;
+    checks.push({
+      // The issue's figure is at 100k queued changes; a short run says it measured fewer.
+      target: statusTarget + (status.queued === 100_000 ? '' : ' (issue 12: at 100000)'),
+      figure: `best ${status.best_ms} ms${miss(status.best_ms, 300, met)} (all ${status.status_wall_ms.join(', ')} ms)`,
+      met,
+    });
+  }
   const l = r.latency;
+  const latencyMet = l.samples > 0 && l.p99Ms <= l.pollIntervalMs + 100;
   checks.push({
     target: `live p99 <= poll_interval_ms + 100 (${l.pollIntervalMs + 100} ms)`,
-    figure: `p99 ${l.p99Ms} ms (p50 ${l.p50Ms} ms, ${l.samples} samples)`,
-    met: l.samples > 0 && l.p99Ms <= l.pollIntervalMs + 100,
+    figure: `p99 ${l.p99Ms} ms${miss(l.p99Ms, l.pollIntervalMs + 100, latencyMet)} (p50 ${l.p50Ms} ms, ${l.samples} samples)`,
+    met: latencyMet,
   });
   return checks;
 }
@@ -171,6 +259,10 @@ export function renderTable(r: BenchReport): string {
         '401/1000 req',
         '401/nonce life',
         'peak RSS MB',
+        'CPU µs/event',
+        'after 1st line',
+        'CPU s by process',
+        'bullmq/local',
       ],
       drainRows(r).map((d) => [
         d.mode,
@@ -185,6 +277,10 @@ export function renderTable(r: BenchReport): string {
         d.unauthorizedPer1000.toFixed(1),
         d.unauthorizedPerNonceLifetime.toFixed(1),
         d.peakRssMb + (d.complete ? '' : ' INCOMPLETE'),
+        d.cpuUsPerEvent.toFixed(0),
+        d.cpuUsPerEventAfterFirstLine.toFixed(0),
+        d.cpuByRole,
+        Number.isNaN(d.bullmqVsLocal) ? '-' : d.bullmqVsLocal.toFixed(2),
       ]),
     ),
   );
@@ -217,6 +313,14 @@ export function renderTable(r: BenchReport): string {
   parts.push(
     `\nStart-up (spawn -> first upstream request, run, local; ${st.runs} runs): median ${st.medianMs.toFixed(0)} ms, min ${st.minMs.toFixed(0)} ms, first (empty compile cache) ${st.coldMs.toFixed(0)} ms`,
   );
+  if (r.status)
+    parts.push(
+      `\nStatus (\`feedsync status\` on a store with ${r.status.queued} queued changes; ${r.status.status_wall_ms.length} runs): best ${r.status.best_ms} ms, all ${r.status.status_wall_ms.join(', ')} ms`,
+    );
+  for (const p of r.cpu_profiles)
+    parts.push(
+      `\nCPU profile ${p.service}: ${p.file} (a separate local drain under --cpu-prof: ${p.events} events in ${p.seconds.toFixed(1)} s, ${p.cpuUsPerEvent.toFixed(0)} µs CPU/event, slowed by the profiler and not in the tables)`,
+    );
   parts.push('\nMemory (local run, both services)\n');
   parts.push(
     table(

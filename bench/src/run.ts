@@ -1,10 +1,13 @@
 // `npm run bench`: start-up, drain, raw limit, bare BullMQ, live latency and memory, in one run; prints a
 // table and writes test/bench/results/latest.json. Sizes come from env vars so a short run is
-// possible, but the defaults are the issue's (BENCH_BACKLOG=50000, BENCH_MEM_BACKLOGS=10000,100000).
+// possible, but the defaults are the issue's (BENCH_BACKLOG=50000, BENCH_MEM_BACKLOGS=10000,100000,
+// BENCH_STATUS_QUEUED=100000: the queued changes in the store `feedsync status` is timed on).
+// Besides latest.json it writes test/bench/results/cpu-profile-<service>.txt: the top self-time
+// functions of one extra local drain per service under `node --cpu-prof` (not in the tables).
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, freemem, tmpdir, totalmem } from 'node:os';
-import { dirname, join } from 'node:path';
+import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { ServiceName } from '../../dist/sandbox/types.js';
 import { measureBareBullmq, type BareBullmqResult } from './bare-bullmq.js';
@@ -13,9 +16,11 @@ import { runDrain, type DrainMode, type DrainResult } from './drain.js';
 import { measureLatency, type LatencyResult } from './latency.js';
 import { benchSource, measureRaw, planRequests, type RawResult, type RequestPlan } from './raw-limit.js';
 import { startBenchRedis } from './redis.js';
-import { startSandboxProcess } from './procs.js';
-import { evaluate, renderTable, type BenchReport } from './report.js';
+import { CLI_PATH, startSandboxProcess } from './procs.js';
+import { topSelfTime } from './profile.js';
+import { drainRows, evaluate, renderTable, type BenchReport, type CpuProfileRun } from './report.js';
 import { measureStartup } from './startup.js';
+import { statusTime, type StatusTimeResult } from './status-time.js';
 
 const SERVICES: ServiceName[] = ['scheduling', 'workflow'];
 const env = (name: string, fallback: number): number => {
@@ -35,6 +40,7 @@ const cfg = {
   latencyWindowS: env('BENCH_LATENCY_WINDOW_S', 20),
   drainTimeoutS: env('BENCH_DRAIN_TIMEOUT_S', 240),
   startupRuns: Math.max(2, env('BENCH_STARTUP_RUNS', 11)),
+  statusQueued: env('BENCH_STATUS_QUEUED', 100_000),
   liveRate: 20,
   pollIntervalMs: 1000,
 };
@@ -59,6 +65,9 @@ function machine(): Record<string, string> {
   };
 }
 
+const RESULTS_DIR = fileURLToPath(new URL('../../test/bench/results/', import.meta.url));
+const REPO_DIR = fileURLToPath(new URL('../../', import.meta.url));
+
 function log(msg: string): void {
   process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
 }
@@ -67,6 +76,7 @@ async function drainPhase(work: string): Promise<{
   plans: Record<string, RequestPlan>;
   raw: RawResult[];
   drains: DrainResult[];
+  profiles: CpuProfileRun[];
   bare?: BareBullmqResult;
   errors: string[];
 }> {
@@ -77,6 +87,7 @@ async function drainPhase(work: string): Promise<{
   const plans: Record<string, RequestPlan> = {};
   const raw: RawResult[] = [];
   const drains: DrainResult[] = [];
+  const profiles: CpuProfileRun[] = [];
   let bare: BareBullmqResult | undefined;
   try {
     const events = Object.fromEntries(
@@ -96,23 +107,45 @@ async function drainPhase(work: string): Promise<{
       ];
       raw.push(runs.reduce((a, b) => (b.eventsPerSecond > a.eventsPerSecond ? b : a)));
     }
-    const drain = async (mode: DrainMode, service: ServiceName, redisUrl?: string): Promise<void> => {
-      log(`drain ${mode} ${service}`);
+    const drainOnce = async (
+      mode: DrainMode,
+      service: ServiceName,
+      dir: string,
+      extra: { redisUrl?: string; nodeArgs?: string[] } = {},
+    ): Promise<DrainResult> => {
+      log(`drain ${mode} ${service}${extra.nodeArgs ? ` ${extra.nodeArgs.join(' ')}` : ''}`);
       const r = await runDrain({
         mode,
         services: [service],
         info,
         control,
         events,
-        dir: join(work, `drain-${mode}-${service}`),
+        dir,
         timeoutMs: cfg.drainTimeoutS * 1000,
         pollIntervalMs: cfg.pollIntervalMs,
-        ...(redisUrl ? { redisUrl } : {}),
+        ...extra,
       });
-      drains.push(r);
       log(`  ${r.complete ? 'complete' : `INCOMPLETE (${r.missing} missing)`} in ${r.seconds.toFixed(1)} s`);
+      return r;
+    };
+    const drain = async (mode: DrainMode, service: ServiceName, redisUrl?: string): Promise<void> => {
+      drains.push(
+        await drainOnce(mode, service, join(work, `drain-${mode}-${service}`), redisUrl ? { redisUrl } : {}),
+      );
     };
     for (const service of SERVICES) await drain('local', service);
+    // Profiled after the timed drains, in runs of their own: the profiler slows the process down.
+    for (const service of SERVICES) {
+      try {
+        const dir = join(work, `profile-${service}`);
+        const r = await drainOnce('local', service, dir, {
+          nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${join(dir, 'prof')}`],
+        });
+        profiles.push(writeProfileSummary(service, r, join(dir, 'prof')));
+      } catch (err) {
+        errors.push(`cpu profile ${service}: ${String(err)}`);
+      }
+    }
     const redis = await startBenchRedis();
     try {
       for (const service of SERVICES) await drain('bullmq', service, redis.url);
@@ -131,7 +164,42 @@ async function drainPhase(work: string): Promise<{
   } finally {
     await child.stop();
   }
-  return { plans, raw, drains, bare, errors };
+  return { plans, raw, drains, profiles, bare, errors };
+}
+
+/** test/bench/results/cpu-profile-<service>.txt from a profiled local drain. */
+function writeProfileSummary(service: ServiceName, r: DrainResult, profDir: string): CpuProfileRun {
+  const row = drainRows({ drains: [r], raw: [], plans: {} })[0]!;
+  const run: CpuProfileRun = {
+    service,
+    file: relative(REPO_DIR, join(RESULTS_DIR, `cpu-profile-${service}.txt`)),
+    seconds: r.seconds,
+    events: row.events,
+    cpuUsPerEvent: row.cpuUsPerEvent,
+    complete: r.complete,
+  };
+  const about = [
+    `npm run bench, ${new Date().toISOString()}: local drain of ${service}, json, expand, jsonl sink, node ${process.version}`,
+    `this profiled run: ${row.events} events in ${r.seconds.toFixed(1)} s (${row.eventsPerSecond.toFixed(0)} ev/s), ` +
+      `${row.cpuUsPerEvent.toFixed(0)} µs CPU/event (${row.cpuUsPerEventAfterFirstLine.toFixed(0)} after the first line)` +
+      `${r.complete ? '' : `, INCOMPLETE (${r.missing} missing)`}`,
+    "The profiler slows the process down: these figures are NOT the bench table's, which come from",
+    'a separate unprofiled drain (test/bench/results/latest.json).',
+  ];
+  writeFileSync(join(RESULTS_DIR, `cpu-profile-${service}.txt`), topSelfTime(profDir, 10, about));
+  return run;
+}
+
+async function statusPhase(work: string, errors: string[]): Promise<StatusTimeResult | null> {
+  log(`feedsync status on a store with ${cfg.statusQueued} queued changes, 3 timed runs`);
+  const dir = join(work, 'status');
+  mkdirSync(dir, { recursive: true });
+  try {
+    return await statusTime({ count: cfg.statusQueued, dist: dirname(CLI_PATH), dir, runs: 3 });
+  } catch (err) {
+    errors.push(`status: ${String(err)}`);
+    return null;
+  }
 }
 
 /** The node flags of the memory runs: none, as the Docker image and Helm chart run it. */
@@ -196,9 +264,11 @@ async function main(): Promise<void> {
   try {
     log(`start-up: spawn -> first upstream request of feedsync run, ${cfg.startupRuns} runs`);
     const startup = await measureStartup(join(work, 'startup'), cfg.startupRuns);
+    mkdirSync(RESULTS_DIR, { recursive: true });
     const drain = await drainPhase(work);
     const latency = await latencyPhase(work);
     const memory = await memoryPhase(work);
+    const status = await statusPhase(work, drain.errors);
     const report: BenchReport = {
       generated_at: new Date().toISOString(),
       command: 'npm run bench',
@@ -220,14 +290,15 @@ async function main(): Promise<void> {
       bare_bullmq: drain.bare ?? null,
       latency,
       startup,
+      status,
+      cpu_profiles: drain.profiles,
       memory: memory.map(({ output: _output, ...d }) => d),
       errors: drain.errors,
       targets: [],
       total_seconds: (Date.now() - started) / 1000,
     };
     report.targets = evaluate(report);
-    const out = fileURLToPath(new URL('../../test/bench/results/latest.json', import.meta.url));
-    mkdirSync(dirname(out), { recursive: true });
+    const out = join(RESULTS_DIR, 'latest.json');
     writeFileSync(out, `${JSON.stringify(report, null, 2)}\n`);
     process.stdout.write(renderTable(report));
     process.stdout.write(`\nwritten to ${out}\n`);

@@ -1,0 +1,34 @@
+// CPU time of a live process from /proc/<pid>/stat: utime + stime (fields 14 and 15, counted after
+// the `)` that closes the command name, which may itself hold spaces), in clock ticks converted to
+// µs with `getconf CLK_TCK`. Linux only. The daemon's one-time execve keeps its pid and its CPU
+// times, so a sample covers the whole life of the process, start-up included.
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+
+let tickUs: number | undefined;
+
+function clockTickUs(): number {
+  if (tickUs === undefined) {
+    let hz = 100; // the Linux default, should getconf be missing
+    try {
+      hz = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || hz;
+    } catch {
+      // keep the default
+    }
+    tickUs = 1_000_000 / hz;
+  }
+  return tickUs;
+}
+
+/** User + system CPU µs of a process so far; null when it is gone or /proc is unavailable. */
+export function cpuUs(pid: number): number | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // fields[0] is stat field 3 (state), so fields 14 and 15 are at 11 and 12.
+    const ticks = Number(fields[11]) + Number(fields[12]);
+    return Number.isFinite(ticks) ? ticks * clockTickUs() : null;
+  } catch {
+    return null;
+  }
+}
