@@ -54,7 +54,11 @@ rmSync(old, { recursive: true, force: true });
  * Node spends most of a start-up resolving and reading ~250 module files (ours and the
  * dependencies'); one file per lazily loaded command costs a fraction (docs/performance.md has
  * the figures). The library entry points (dist/index.js, dist/testing/) stay unbundled. External:
- * native and worker-spawning packages, and those that read their own files at run time.
+ * native packages (better-sqlite3, msgpackr-extract, loaded by path), pino-pretty (only for
+ * `--pretty`) and @opentelemetry/api (a process-wide singleton). bullmq and ioredis are
+ * bundled: their scripts are JS modules, and the few `__dirname` uses left (ioredis's version
+ * lookup, bullmq's sandboxed processors) are in try blocks or paths feedsync never takes. Loading
+ * them as ~300 files cost each `poll`/`work` process ~80 ms of CPU at start.
  */
 async function bundleCli() {
   const { build } = await import('rolldown');
@@ -73,7 +77,7 @@ async function bundleCli() {
       input: join(out, 'cli.js'),
       platform: 'node',
       cwd: out,
-      external: [/^node:/, 'better-sqlite3', 'bullmq', 'ioredis', 'pino-pretty', /^@opentelemetry\//],
+      external: [/^node:/, 'better-sqlite3', 'msgpackr-extract', 'pino-pretty', /^@opentelemetry\//],
       plugins: [{ name: 'feedsync-version', load: (id) => versionModules[id] }],
       output: { dir: bundled, format: 'esm', chunkFileNames: 'cli-chunks/[name]-[hash].js' },
       logLevel: 'warn',
