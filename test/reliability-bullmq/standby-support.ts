@@ -103,9 +103,10 @@ export interface FreezeProxy {
 
 /**
  * A TCP proxy in front of Redis for one poller, to pause it in the middle of a page commit: a
- * commit checks its lease, then reads the source's cursor (HMGET) before its MULTI/EXEC. When
- * armed, the proxy calls `freeze` (the test SIGSTOPs the poller) on the next HMGET of the source's
- * state, and forwards the bytes unchanged. Everything else passes through. (A poller reads that
+ * commit sends WATCH, reads its lease and the source's cursor (HMGET) in one round trip, checks
+ * the lease, then runs its MULTI/EXEC. When armed, the proxy calls `freeze` (the test SIGSTOPs the
+ * poller) on the next HMGET of the source's state, and forwards the bytes unchanged: the poller
+ * wakes with a lease it read before the freeze, as one paused right after its check would. Everything else passes through. (A poller reads that
  * hash otherwise only when it takes the source, which the armed holder does not do again.)
  */
 export async function freezeProxy(redisPort: number): Promise<FreezeProxy> {

@@ -79,9 +79,18 @@ export function createPageCommitter(opts: {
     const client = plan.slices[0] ? await plan.slices[0].queue.backend.client : connection;
     // Taken once connected (awaiting the client may have waited for the first 'ready').
     const epoch = connections;
-    if (fence) {
-      await connection.watch(fence.tokenKey);
-      const [token, lease] = await connection.mget(fence.tokenKey, fence.leaseKey);
+    // WATCH, the fence check and the "already committed" check go out together: one round trip.
+    // ioredis sends them in this order on the one connection, so the reads happen under the WATCH.
+    const [, fenceValues, [cursor, seen]] = await Promise.all([
+      fence ? connection.watch(fence.tokenKey) : undefined,
+      fence ? connection.mget(fence.tokenKey, fence.leaseKey) : undefined,
+      connection.hmget(stateKey, 'cursor', 'seen_above'),
+    ]).catch(async (err: unknown) => {
+      if (fence) await connection.unwatch().catch(() => undefined);
+      throw err;
+    });
+    if (fence && fenceValues) {
+      const [token, lease] = fenceValues;
       if (token !== String(fence.token) || lease !== fence.value) {
         await connection.unwatch();
         throw new LeaseFencedError(
@@ -95,7 +104,6 @@ export function createPageCommitter(opts: {
     try {
       // A try that timed out on the caller's side may still have committed: Redis then holds
       // exactly this cursor, and committing again would count the page twice.
-      const [cursor, seen] = await connection.hmget(stateKey, 'cursor', 'seen_above');
       if (cursor === String(plan.cursor) && seen === JSON.stringify(plan.seenAbove)) {
         if (fence) await connection.unwatch();
         return 'already';
