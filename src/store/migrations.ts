@@ -65,4 +65,19 @@ export const migrations: { version: number; name: string; sql: string }[] = [
     // and by a scan of the oldest rows (in id order) while a change waits for a retry.
     sql: `DROP INDEX deliveries_by_subject;`,
   },
+  {
+    version: 4,
+    name: 'page log: the rows of a page for one sink as one row',
+    // The durability log of the memory path (docs/local-queue.md): a page's changes for one sink
+    // written as ONE row (their JSON array) instead of one row each, deleted in one statement once
+    // all are delivered. Their delivery ids are id .. id + n - 1, reserved in sqlite_sequence, so
+    // the rows can be moved into `deliveries` under the same ids (after a failure, at a stop, at
+    // start-up) and the delivery loop sees no difference.
+    sql: `CREATE TABLE page_log (
+      id    INTEGER PRIMARY KEY,
+      sink  TEXT NOT NULL,
+      n     INTEGER NOT NULL,
+      rows  TEXT NOT NULL
+    );`,
+  },
 ];

@@ -2,6 +2,7 @@
 // at random (seeded). Sampled all along: the process never dies, and the stored cursor never passes
 // an event whose change is neither queued nor in the jsonl. Once the damage stops, every event the
 // sandbox produced is in the jsonl, exactly as the sandbox describes it.
+import { queuedKeys } from '../support/queued-keys.js';
 import Database from 'better-sqlite3';
 import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -61,11 +62,7 @@ function skippedEvents(db: Database.Database): string[] {
       source: string;
       event_id: number;
     }[],
-    queued: new Set(
-      (db.prepare("SELECT key FROM deliveries WHERE sink = 'file'").all() as { key: string }[]).map(
-        (r) => r.key,
-      ),
-    ),
+    queued: queuedKeys(db, 'file'),
   }))();
   const delivered = new Set(readJsonl(jsonlPath).map((c) => c.key));
   const missing: string[] = [];

@@ -177,3 +177,145 @@ describe('local queue: memory path and recovery', () => {
     expectSubjectOrder(sink.delivered);
   });
 });
+
+/** Counts every copy it is given; a call waits while `hold` says so, and may fail. */
+class Counting implements Sink {
+  copies = new Map<string, number>();
+  calls = 0;
+  constructor(
+    private readonly hold: (call: number) => Promise<void> | undefined = () => undefined,
+    private readonly fail: (c: Change) => Error | undefined = () => undefined,
+  ) {}
+  async deliverBatch(cs: Change[]): Promise<void> {
+    const call = ++this.calls;
+    await this.hold(call);
+    for (const c of cs) {
+      const err = this.fail(c);
+      if (err) throw err;
+    }
+    for (const c of cs) this.copies.set(c.key, (this.copies.get(c.key) ?? 0) + 1);
+  }
+  async deliver(c: Change): Promise<void> {
+    await this.deliverBatch([c]);
+  }
+  async close() {}
+}
+
+function storeRows(storePath: string): { logged: number; loggedChanges: number; queued: number[] } {
+  const db = new Database(storePath, { readonly: true });
+  try {
+    const pages = db.prepare('SELECT n FROM page_log').all() as { n: number }[];
+    return {
+      logged: pages.length,
+      loggedChanges: pages.reduce((sum, p) => sum + p.n, 0),
+      queued: (db.prepare('SELECT id FROM deliveries ORDER BY id').all() as { id: number }[]).map(
+        (r) => r.id,
+      ),
+    };
+  } finally {
+    db.close();
+  }
+}
+
+describe('local queue: the page log (a page taken from memory is one row)', () => {
+  it('stores a page as one page_log row until its last change is delivered', async () => {
+    const dir = tempDir();
+    let open_!: () => void;
+    const gate = new Promise<void>((r) => (open_ = r));
+    const sink = new Counting(() => gate);
+    const { driver, storePath } = await open(dir, sink);
+    await driver.delivery!.start();
+    await new Promise((r) => setTimeout(r, 50));
+    await commitInPages(
+      driver,
+      Array.from({ length: 100 }, (_, i) => makeChange(i % 9)),
+      50,
+    );
+    expect(storeRows(storePath)).toEqual({ logged: 2, loggedChanges: 100, queued: [] });
+    expect((await driver.admin.counts()).s).toMatchObject({ waiting: expect.any(Number) });
+    open_();
+    await waitFor(() => sink.copies.size === 100, 10_000, 'both pages delivered');
+    await waitFor(() => storeRows(storePath).logged === 0, 5000, 'the page rows deleted');
+    expect([...sink.copies.values()].every((n) => n === 1)).toBe(true);
+  });
+
+  it('a failure moves the undelivered rest to deliveries; nothing delivered is delivered again', async () => {
+    const dir = tempDir();
+    let failures = 1;
+    const failing = makeChange('flaky');
+    const sink = new Counting(undefined, (c) =>
+      c.key === failing.key && failures > 0 ? (failures--, new RetryLaterError('once', 20)) : undefined,
+    );
+    const { driver, storePath } = await open(dir, sink, { concurrency: 1 });
+    await driver.delivery!.start();
+    await new Promise((r) => setTimeout(r, 50));
+    const changes = [
+      ...Array.from({ length: 60 }, (_, i) => makeChange(i % 6)),
+      failing,
+      ...Array.from({ length: 139 }, (_, i) => makeChange(i % 6)),
+    ];
+    await commitInPages(driver, changes, 50);
+    await waitFor(() => sink.copies.size === 200, 10_000, 'all delivered');
+    await waitFor(() => storeRows(storePath).queued.length === 0, 5000, 'all acknowledged');
+    expect(failures).toBe(0);
+    expect(storeRows(storePath).logged).toBe(0);
+    // Only the batch that failed was offered again; every other change reached the sink once.
+    const twice = [...sink.copies].filter(([, n]) => n > 1);
+    expect(twice).toEqual([]);
+  });
+
+  it('a stop moves undelivered rows of logged pages to deliveries; the next start delivers exactly those', async () => {
+    const dir = tempDir();
+    const never = new Promise<void>(() => undefined);
+    // The first call goes through, every later one hangs until the stop gives up on it.
+    const first = new Counting((call) => (call === 1 ? undefined : never));
+    const one = await open(dir, first, { concurrency: 1 });
+    await one.driver.delivery!.start();
+    await new Promise((r) => setTimeout(r, 50));
+    const changes = Array.from({ length: 150 }, (_, i) => makeChange(`s${i}`));
+    await commitInPages(one.driver, changes, 50);
+    await waitFor(() => first.copies.size > 0 && first.calls >= 2, 5000, 'one batch delivered, one stuck');
+    await one.driver.delivery!.stop(200);
+    await one.driver.close();
+    opened.splice(opened.indexOf(one.driver), 1);
+    const delivered = first.copies.size;
+    const rows = storeRows(one.storePath);
+    expect(rows.logged).toBe(0);
+    expect(rows.queued).toHaveLength(150 - delivered);
+
+    const second = new Counting();
+    const two = await open(dir, second);
+    await two.driver.delivery!.start();
+    await waitFor(() => second.copies.size === 150 - delivered, 10_000, 'the rest delivered');
+    await new Promise((r) => setTimeout(r, 100));
+    for (const key of first.copies.keys()) expect(second.copies.has(key)).toBe(false);
+    expect(first.copies.size + second.copies.size).toBe(150);
+  });
+
+  it('pages left logged by a killed process are delivered at the next start, under their ids', async () => {
+    const dir = tempDir();
+    const storePath = join(dir, 'store.db');
+    const seed = await open(dir, new Counting());
+    await seed.driver.close();
+    opened.splice(opened.indexOf(seed.driver), 1);
+    // What a kill -9 leaves: a logged page, its ids reserved, nothing in deliveries.
+    const changes = Array.from({ length: 3 }, (_, i) => makeChange(`k${i}`));
+    const db = new Database(storePath);
+    db.prepare('INSERT INTO page_log (id, sink, n, rows) VALUES (?, ?, ?, ?)').run(
+      7,
+      's',
+      3,
+      `[${changes.map((c) => JSON.stringify(c)).join(',')}]`,
+    );
+    db.prepare(`INSERT INTO sqlite_sequence (name, seq) VALUES ('deliveries', 9)`).run();
+    db.close();
+
+    const hold = new Promise<void>((r) => setTimeout(r, 300));
+    const sink = new Counting(() => hold);
+    const { driver } = await open(dir, sink);
+    expect(storeRows(storePath)).toEqual({ logged: 0, loggedChanges: 0, queued: [7, 8, 9] });
+    await driver.delivery!.start();
+    await waitFor(() => sink.copies.size === 3, 10_000, 'the logged page delivered');
+    expect([...sink.copies.keys()]).toEqual(changes.map((c) => c.key));
+  });
+});

@@ -1,6 +1,7 @@
 // Shared pieces of the local-driver reliability suites: a config for a `feedsync run` child against
 // an in-process sandbox (jsonl + sqlite mirror sinks), the oracles (every sandbox event delivered,
 // mirror equals the sandbox's live state, cursor never ahead of the queue) and a seeded generator.
+import { queuedKeys } from '../support/queued-keys.js';
 import { Rng } from '../../src/sandbox/prng.js';
 import Database from 'better-sqlite3';
 import { existsSync } from 'node:fs';
@@ -148,15 +149,7 @@ export function storeSnapshot(storePath: string): { cursors: Map<string, number>
           db.prepare('SELECT source, event_id FROM cursors').all() as { source: string; event_id: number }[]
         ).map((r) => [r.source, r.event_id]),
       );
-      const queued = new Set(
-        (
-          db
-            .prepare(
-              `SELECT key FROM deliveries WHERE sink = 'file' UNION SELECT key FROM dead_letters WHERE sink = 'file'`,
-            )
-            .all() as { key: string }[]
-        ).map((r) => r.key),
-      );
+      const queued = queuedKeys(db, 'file');
       return { cursors, queued };
     })();
   } finally {

@@ -36,7 +36,11 @@ export class LocalAdmin implements QueueAdmin {
     // Totals come from the (sink, id) index alone; only the few rows with a retry time are read,
     // through the partial index. A row has attempts > 0 only after a failure, which always sets
     // available_at, so "failed" is counted among them exactly. `status` stays fast on a big backlog.
-    const total = this.db.prepare('SELECT COUNT(*) AS n FROM deliveries WHERE sink = ?');
+    // Rows of logged pages (docs/local-queue.md) count as waiting until their whole page is delivered.
+    const total = this.db.prepare(
+      `SELECT (SELECT COUNT(*) FROM deliveries WHERE sink = ?) +
+              (SELECT IFNULL(SUM(n), 0) FROM page_log WHERE sink = ?) AS n`,
+    );
     const retrying = this.db
       .prepare(
         `SELECT sink, SUM(available_at > ?) AS delayed, SUM(attempts > 0) AS failed
@@ -52,7 +56,7 @@ export class LocalAdmin implements QueueAdmin {
     for (const sink of this.sinkNames) {
       const r = retrying.find((x) => x.sink === sink);
       const delayed = r?.delayed ?? 0;
-      const ready = (total.get(sink) as { n: number }).n - delayed;
+      const ready = (total.get(sink, sink) as { n: number }).n - delayed;
       const a = active.get(sink) ?? 0;
       out[sink] = {
         waiting: Math.max(0, ready - a),

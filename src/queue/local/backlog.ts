@@ -12,12 +12,16 @@ export class Backlog {
     db: Db,
     private readonly sinks: string[],
   ) {
-    this.countStmt = db.prepare('SELECT COUNT(*) AS n FROM deliveries WHERE sink = ?');
+    // Logged pages count whole until their last row is delivered: a slight overcount, never under.
+    this.countStmt = db.prepare(
+      `SELECT (SELECT COUNT(*) FROM deliveries WHERE sink = ?) +
+              (SELECT IFNULL(SUM(n), 0) FROM page_log WHERE sink = ?) AS n`,
+    );
     this.recount();
   }
 
   recount(): void {
-    for (const sink of this.sinks) this.counts.set(sink, (this.countStmt.get(sink) as { n: number }).n);
+    for (const sink of this.sinks) this.counts.set(sink, (this.countStmt.get(sink, sink) as { n: number }).n);
   }
 
   add(sink: string, n: number): void {

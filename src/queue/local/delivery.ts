@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { QueueConfig } from '../../config/types.js';
-import { parseChangeJson } from '../../core/change-json.js';
+import { changeJson, parseChangeJson } from '../../core/change-json.js';
 import { errorMessage } from '../../core/errors.js';
 import type { PipelineEvents } from '../../core/events.js';
 import type { Db } from '../../store/store.js';
@@ -8,8 +8,9 @@ import { decideAfterFailure } from '../delivery-policy.js';
 import { reportDelivered, reportFailed } from '../delivery-report.js';
 import type { DeliveryRunner, SinkRuntime } from '../queue.js';
 import type { Backlog } from './backlog.js';
+import type { Change } from '../../core/change.js';
 import type { QueuedSlices } from './producer.js';
-import type { QueuedRow as Row } from './rows.js';
+import type { LoggedPage, QueuedRow as Row } from './rows.js';
 
 const IDLE_RECHECK_MS = 1000;
 /** When the sink's next retry is due. `available_at > 0` names the partial index's condition, so
@@ -44,8 +45,12 @@ interface Lane {
   queue: Row[];
   loadedUpTo: number;
   spilled: boolean;
-  /** Rows in flight: id → subject. */
-  inflight: Map<number, string>;
+  /** Keys of the rows in `queue` and in flight (memory mode): the producer leaves these out. */
+  keys: Set<string>;
+  /** Pages whose rows are stored only in `page_log` (memory mode), not yet all delivered. */
+  pages: Set<LoggedPage>;
+  /** Rows in flight, by id. */
+  inflight: Map<number, Row>;
   /** Sink calls in flight (a batch is one call). */
   calls: number;
   /** store mode: rows fetched by SQL, not yet handed out. */
@@ -72,6 +77,8 @@ export class LocalDelivery implements DeliveryRunner {
   private readonly retry;
   private readonly ackRange;
   private readonly ackList;
+  private readonly ackPage;
+  private readonly unlog;
   private readonly window: number;
 
   constructor(
@@ -90,6 +97,12 @@ export class LocalDelivery implements DeliveryRunner {
     );
     this.ackRange = db.prepare('DELETE FROM deliveries WHERE id BETWEEN ? AND ?');
     this.ackList = db.prepare('DELETE FROM deliveries WHERE id IN (SELECT value FROM json_each(?))');
+    this.ackPage = db.prepare('DELETE FROM page_log WHERE id = ?');
+    this.unlog = db.prepare(
+      'INSERT OR IGNORE INTO deliveries (id, sink, key, subject_key, body) VALUES (?, ?, ?, ?, ?)',
+    );
+    // A crash leaves pages in the log: their rows join `deliveries`, under the ids they had.
+    unlogLeftovers(db);
     this.window = Math.max(MIN_WINDOW, 2 * BATCH * queue.concurrency);
     for (const runtime of sinks)
       this.lanes.set(runtime.name, {
@@ -99,6 +112,8 @@ export class LocalDelivery implements DeliveryRunner {
         queue: [],
         loadedUpTo: 0,
         spilled: true,
+        keys: new Set(),
+        pages: new Set(),
         inflight: new Map(),
         calls: 0,
         buffer: [],
@@ -106,25 +121,64 @@ export class LocalDelivery implements DeliveryRunner {
       });
   }
 
+  /**
+   * Asked by the producer inside a page's commit: whether this sink takes the page's changes into
+   * memory now (then they are logged as one `page_log` row), leaving out keys it already holds.
+   */
+  takes(sink: string, changes: Change[]): Change[] | undefined {
+    const lane = this.lanes.get(sink);
+    if (!lane || this.stopping || lane.mode !== 'memory' || lane.spilled) return undefined;
+    if (lane.queue.length + changes.length > this.window) return undefined;
+    return changes.filter((c) => !lane.keys.has(c.key));
+  }
+
   /** A page was committed: its rows join the sinks' memory queues when those are caught up. */
   queued(slices: QueuedSlices): void {
     for (const [sink, rows] of slices) {
       const lane = this.lanes.get(sink);
-      if (!lane || rows.length === 0 || lane.mode !== 'memory' || lane.spilled) continue;
-      if (lane.queue.length + rows.length > this.window) {
+      if (!lane || rows.length === 0) continue;
+      const page = rows[0]!.page;
+      // A logged page was promised a place (takes()); rows stored one by one may have to wait.
+      if (!page && (lane.mode !== 'memory' || lane.spilled)) continue;
+      if (!page && lane.queue.length + rows.length > this.window) {
         // They stay in the store and are read back once the window has room.
         lane.spilled = true;
         continue;
       }
-      for (const r of rows) lane.queue.push(r);
+      if (page) lane.pages.add(page);
+      for (const r of rows) this.enqueue(lane, r);
       lane.loadedUpTo = rows[rows.length - 1]!.id;
     }
     this.wake();
   }
 
+  private enqueue(lane: Lane, row: Row): void {
+    lane.queue.push(row);
+    lane.keys.add(row.key);
+  }
+
   /** New rows were queued: look again now rather than at the next idle re-check. */
   wake(): void {
     for (const w of this.wakers) w();
+  }
+
+  /**
+   * Move the lane's logged pages' undelivered rows into `deliveries` (same ids): before a failure
+   * is recorded there, when the lane leaves memory mode, and at a stop, so a restart redelivers
+   * nothing already delivered. Throws when the store cannot take it (the pages stay logged).
+   */
+  private unlogPages(lane: Lane): void {
+    if (lane.pages.size === 0) return;
+    const pages = [...lane.pages];
+    this.db.transaction(() => {
+      for (const page of pages) {
+        for (const r of page.rows)
+          if (r.page === page) this.unlog.run(r.id, page.sink, r.key, r.subject_key, r.body);
+        this.ackPage.run(page.id);
+      }
+    })();
+    for (const page of pages) for (const r of page.rows) if (r.page === page) r.page = undefined;
+    lane.pages.clear();
   }
 
   inFlightCounts(): Map<string, number> {
@@ -148,6 +202,17 @@ export class LocalDelivery implements DeliveryRunner {
       }),
     ]);
     clearTimeout(timer);
+    for (const lane of this.lanes.values()) {
+      try {
+        this.unlogPages(lane);
+      } catch (err) {
+        // The pages stay logged: the next start moves them, redelivering what they held.
+        this.logger.error(
+          { sink: lane.runtime.name, err: errorMessage(err) },
+          'cannot move logged pages to the queue at stop',
+        );
+      }
+    }
   }
 
   private async loop(lane: Lane): Promise<void> {
@@ -176,6 +241,8 @@ export class LocalDelivery implements DeliveryRunner {
     while (!this.stopping || lane.inflight.size > 0) {
       let wait = IDLE_RECHECK_MS;
       if (!this.stopping) {
+        // Left by a failure whose outcome could not be recorded: the store decides from now on.
+        if (lane.mode === 'store' && lane.pages.size > 0) this.tryUnlog(lane);
         if (lane.mode === 'store' && !anyRetrying.get(sink)) this.toMemory(lane);
         if (lane.mode === 'memory') {
           // Rows added from outside the producer (`dlq retry`) have ids above everything loaded.
@@ -184,7 +251,7 @@ export class LocalDelivery implements DeliveryRunner {
           if (lane.spilled && lane.queue.length < this.window / 2) {
             const want = this.window - lane.queue.length;
             const rows = above.all(sink, lane.loadedUpTo, want) as Row[];
-            for (const r of rows) if (!lane.inflight.has(r.id)) lane.queue.push(r);
+            for (const r of rows) if (!lane.inflight.has(r.id)) this.enqueue(lane, r);
             if (rows.length) lane.loadedUpTo = rows[rows.length - 1]!.id;
             // The producer commits on this same thread: nothing was added between the read and now.
             if (rows.length < want) lane.spilled = false;
@@ -233,7 +300,7 @@ export class LocalDelivery implements DeliveryRunner {
    */
   private storeHeads(lane: Lane, oldest: Iterable<Head>, now: number): number[] {
     const limit = BATCH * this.queue.concurrency;
-    const blocked = new Set(lane.inflight.values());
+    const blocked = inflightSubjects(lane);
     const ids: number[] = [];
     for (const r of oldest) {
       if (ids.length >= limit) break;
@@ -248,6 +315,7 @@ export class LocalDelivery implements DeliveryRunner {
   private toMemory(lane: Lane): void {
     lane.mode = 'memory';
     lane.queue = [];
+    lane.keys = new Set([...lane.inflight.values()].map((r) => r.key));
     lane.buffer = [];
     lane.loadedUpTo = 0;
     lane.spilled = true;
@@ -255,8 +323,10 @@ export class LocalDelivery implements DeliveryRunner {
 
   /** A failure (or an unrecorded outcome): the store decides what is eligible until retries are done. */
   private toStore(lane: Lane): void {
+    this.tryUnlog(lane);
     lane.mode = 'store';
     lane.queue = [];
+    lane.keys.clear();
     lane.buffer = [];
     lane.failedSinceFetch = true;
   }
@@ -270,9 +340,20 @@ export class LocalDelivery implements DeliveryRunner {
     return lane.queue.splice(0, n);
   }
 
+  private tryUnlog(lane: Lane): void {
+    try {
+      this.unlogPages(lane);
+    } catch (err) {
+      this.logger.error(
+        { sink: lane.runtime.name, err: errorMessage(err) },
+        'cannot move logged pages to the queue; retrying',
+      );
+    }
+  }
+
   /** The oldest queued row of each subject not in flight, up to `max`, in id order. */
   private takeHeads(lane: Lane, max: number): Row[] {
-    const blocked = new Set(lane.inflight.values());
+    const blocked = inflightSubjects(lane);
     const taken: Row[] = [];
     const rest: Row[] = [];
     for (const r of lane.queue) {
@@ -285,7 +366,7 @@ export class LocalDelivery implements DeliveryRunner {
   }
 
   private dispatch(lane: Lane, rows: Row[]): void {
-    for (const r of rows) lane.inflight.set(r.id, r.subject_key);
+    for (const r of rows) lane.inflight.set(r.id, r);
     lane.calls++;
     void this.deliver(lane, rows).then((failed) => {
       for (const r of rows) lane.inflight.delete(r.id);
@@ -324,14 +405,38 @@ export class LocalDelivery implements DeliveryRunner {
     }
     // If the store cannot take the acknowledgement (disk full), the rows stay queued and are
     // delivered again later: the sinks drop the duplicate by key.
-    if (!this.record(runtime, rows, () => this.acknowledge(rows))) return true;
+    if (!this.record(runtime, rows, () => this.acknowledge(lane, rows))) return true;
     this.backlog.add(runtime.name, -rows.length);
     reportDelivered(this.events, runtime.name, changes, (performance.now() - started) / 1000);
     return false;
   }
 
-  /** Delete delivered rows in one statement: a range when their ids are consecutive (the usual case). */
-  private acknowledge(rows: Row[]): void {
+  /**
+   * Forget delivered rows: stored ones deleted in one statement (a range when their ids are
+   * consecutive, the usual case), a logged page deleted once all its rows are delivered.
+   */
+  private acknowledge(lane: Lane, rows: Row[]): void {
+    const stored: Row[] = [];
+    const done = new Map<LoggedPage, number>();
+    for (const r of rows) {
+      if (r.page) done.set(r.page, (done.get(r.page) ?? 0) + 1);
+      else stored.push(r);
+    }
+    const finished = [...done].filter(([page, n]) => page.remaining === n).map(([page]) => page);
+    if (stored.length || finished.length)
+      this.db.transaction(() => {
+        if (stored.length) this.deleteStored(stored);
+        for (const page of finished) this.ackPage.run(page.id);
+      })();
+    for (const [page, n] of done) page.remaining -= n;
+    for (const page of finished) lane.pages.delete(page);
+    for (const r of rows) {
+      r.page = undefined;
+      lane.keys.delete(r.key);
+    }
+  }
+
+  private deleteStored(rows: Row[]): void {
     let min = Infinity;
     let max = -Infinity;
     for (const r of rows) {
@@ -363,6 +468,9 @@ export class LocalDelivery implements DeliveryRunner {
     const report = { events: this.events, logger: this.logger, sink: runtime.name };
     let dead = 0;
     const decisions = rows.map((row) => decideAfterFailure(err, row.attempts, this.queue));
+    // The outcome is recorded on `deliveries` rows: the lane's logged pages become such rows first.
+    const lane = this.lanes.get(runtime.name)!;
+    this.unlogPages(lane);
     this.db.transaction(() => {
       rows.forEach((row, i) => {
         const decision = decisions[i]!;
@@ -376,6 +484,37 @@ export class LocalDelivery implements DeliveryRunner {
     rows.forEach((row, i) => reportFailed(report, row.key, decisions[i]!, err, durationSeconds));
     this.backlog.add(runtime.name, -dead);
   }
+}
+
+function inflightSubjects(lane: Lane): Set<string> {
+  const subjects = new Set<string>();
+  for (const r of lane.inflight.values()) subjects.add(r.subject_key);
+  return subjects;
+}
+
+/**
+ * Pages logged by a process that did not stop cleanly (kill -9, power loss): their rows go to
+ * `deliveries` under their own ids. Which of them were already delivered is not known, so all are
+ * delivered again (same keys; at least once after a crash).
+ */
+function unlogLeftovers(db: Db): void {
+  const pages = db.prepare('SELECT id, sink, rows FROM page_log ORDER BY id').all() as {
+    id: number;
+    sink: string;
+    rows: string;
+  }[];
+  if (pages.length === 0) return;
+  const insert = db.prepare(
+    'INSERT OR IGNORE INTO deliveries (id, sink, key, subject_key, body) VALUES (?, ?, ?, ?, ?)',
+  );
+  db.transaction(() => {
+    for (const page of pages) {
+      (JSON.parse(page.rows) as Change[]).forEach((change, i) =>
+        insert.run(page.id + i, page.sink, change.key, change.subject_url ?? change.key, changeJson(change)),
+      );
+    }
+    db.prepare('DELETE FROM page_log').run();
+  }).immediate();
 }
 
 /** Strict order: the queue's head rows that are due, stopping at the first that is not or at a repeated subject. */

@@ -37,7 +37,14 @@ export const createLocalDriver: DriverFactory = async ({ config, mode, sinks, ev
     const backlog = new Backlog(db, names);
     const delivery = new LocalDelivery(db, sinks, config.queue, events, logger, backlog);
     const filters = config.sinks.map((s) => ({ name: s.name, filter: s.filter }));
-    parts.producer = new LocalProducer(db, cursors, filters, backlog, (slices) => delivery.queued(slices));
+    parts.producer = new LocalProducer(
+      db,
+      cursors,
+      filters,
+      backlog,
+      (slices) => delivery.queued(slices),
+      (sink, changes) => delivery.takes(sink, changes),
+    );
     parts.delivery = delivery;
     parts.admin = new LocalAdmin(db, names, () => delivery.inFlightCounts());
     recount = setInterval(() => backlog.recount(), RECOUNT_MS);

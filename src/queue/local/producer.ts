@@ -1,24 +1,39 @@
 import type { SinkFilter } from '../../config/types.js';
+import type { Change } from '../../core/change.js';
 import { changeJson } from '../../core/change-json.js';
 import { passesFilter } from '../../sinks/filter.js';
 import type { CursorStore } from '../../store/cursors.js';
 import type { Db } from '../../store/store.js';
 import type { ChangeQueue, PageCommit } from '../queue.js';
 import type { Backlog } from './backlog.js';
-import type { QueuedRow } from './rows.js';
+import type { LoggedPage, QueuedRow } from './rows.js';
 
 /** Rows a page queued, per sink name, in id order: handed to delivery from memory. */
 export type QueuedSlices = Map<string, QueuedRow[]>;
 
 /**
- * The embedded queue's producer: a page's deliveries (one row per change and sink that wants it)
- * and the new cursor are written in ONE SQLite transaction, so the cursor can never run ahead of
- * what is queued, whatever moment the process dies at. The rows just written are then handed to
- * delivery as they are (changes already built, JSON already made), so the hot path never reads
- * them back from the store.
+ * Whether a sink's delivery takes a page's changes straight into memory now, and which of them
+ * (those it does not already hold queued); undefined: it does not, write them row by row.
+ */
+export type TakesPage = (sink: string, changes: Change[]) => Change[] | undefined;
+
+/**
+ * The embedded queue's producer: a page's deliveries and the new cursor are written in ONE SQLite
+ * transaction, so the cursor can never run ahead of what is queued, whatever moment the process
+ * dies at. The rows just written are then handed to delivery as they are (changes already built,
+ * JSON already made), so the hot path never reads them back from the store.
+ *
+ * Two forms, same ids. When the sink's delivery takes the page into memory, the page's changes for
+ * that sink are ONE `page_log` row (a JSON array of the change texts), their delivery ids reserved
+ * in sqlite_sequence: one insert and one delete per page instead of one of each per change, and the
+ * main cost of the local queue (docs/local-queue.md). Otherwise (a sink catching up from the store,
+ * retrying, or no delivery in this process) each change is a `deliveries` row, as delivery reads them.
  */
 export class LocalProducer implements ChangeQueue {
   private readonly insert;
+  private readonly insertPage;
+  private readonly lastId;
+  private readonly reserveIds;
   private readonly commitTx;
 
   constructor(
@@ -27,24 +42,44 @@ export class LocalProducer implements ChangeQueue {
     private readonly sinks: { name: string; filter: SinkFilter }[],
     private readonly backlog: Backlog,
     private readonly onQueued: (slices: QueuedSlices) => void,
+    private readonly takes: TakesPage = () => undefined,
   ) {
     this.insert = db.prepare(
       `INSERT OR IGNORE INTO deliveries (sink, key, subject_key, body) VALUES (?, ?, ?, ?)`,
     );
+    this.insertPage = db.prepare('INSERT INTO page_log (id, sink, n, rows) VALUES (?, ?, ?, ?)');
+    // Read inside each commit: `dlq retry` (another process) may have taken ids meanwhile.
+    this.lastId = db.prepare(`SELECT seq FROM sqlite_sequence WHERE name = 'deliveries'`).pluck();
+    this.reserveIds = reserveStatement(db);
     this.commitTx = db.transaction((commit: PageCommit): QueuedSlices => {
       const slices: QueuedSlices = new Map();
+      let nextId = ((this.lastId.get() as number | undefined) ?? 0) + 1;
+      let reserved = false;
       // Sink by sink, so one sink's rows of a page get consecutive ids (acknowledged as a range).
       for (const sink of this.sinks) {
+        const wanted = commit.changes.filter((change) => passesFilter(sink.filter, change));
+        const taken = wanted.length ? this.takes(sink.name, wanted) : undefined;
+        if (taken) {
+          const rows = logPage(sink.name, taken, nextId);
+          if (rows.length) {
+            this.insertPage.run(nextId, sink.name, rows.length, `[${rows.map((r) => r.body).join(',')}]`);
+            nextId += rows.length;
+            reserved = true;
+          }
+          slices.set(sink.name, rows);
+          continue;
+        }
         const rows: QueuedRow[] = [];
-        for (const change of commit.changes) {
-          if (!passesFilter(sink.filter, change)) continue;
+        for (const change of wanted) {
           const body = changeJson(change);
           const subjectKey = change.subject_url ?? change.key;
           const result = this.insert.run(sink.name, change.key, subjectKey, body);
           // Ignored: the key is already queued for this sink (a re-read after `cursor set`).
           if (result.changes === 0) continue;
+          const id = Number(result.lastInsertRowid);
+          nextId = Math.max(nextId, id + 1);
           rows.push({
-            id: Number(result.lastInsertRowid),
+            id,
             key: change.key,
             subject_key: subjectKey,
             body,
@@ -55,13 +90,15 @@ export class LocalProducer implements ChangeQueue {
         }
         slices.set(sink.name, rows);
       }
+      if (reserved) this.reserveIds(nextId - 1);
       cursors.save(commit.source, commit.cursor, commit.seenAbove);
       return slices;
     });
   }
 
   async commitPage(commit: PageCommit): Promise<Record<string, number>> {
-    const slices = this.commitTx(commit);
+    // IMMEDIATE: the ids are read before the first write; no other writer may take them meanwhile.
+    const slices = this.commitTx.immediate(commit);
     const counts: Record<string, number> = {};
     for (const [sink, rows] of slices) {
       counts[sink] = rows.length;
@@ -74,4 +111,32 @@ export class LocalProducer implements ChangeQueue {
   async maxBacklog(): Promise<number> {
     return this.backlog.max();
   }
+}
+
+/** The rows of one sink's page as a logged page with ids from `firstId` on. */
+function logPage(sink: string, changes: Change[], firstId: number): QueuedRow[] {
+  const page: LoggedPage = { id: firstId, sink, rows: [], remaining: changes.length };
+  page.rows = changes.map((change, i) => ({
+    id: firstId + i,
+    key: change.key,
+    subject_key: change.subject_url ?? change.key,
+    body: changeJson(change),
+    attempts: 0,
+    available_at: 0,
+    change,
+    page,
+  }));
+  return page.rows;
+}
+
+/**
+ * Records `lastId` as the deliveries table's AUTOINCREMENT high-water mark, so rows inserted
+ * without an id (by `dlq retry`, possibly from another process) never take a logged page's ids.
+ */
+export function reserveStatement(db: Db): (lastId: number) => void {
+  const update = db.prepare(`UPDATE sqlite_sequence SET seq = MAX(seq, ?) WHERE name = 'deliveries'`);
+  const insert = db.prepare(`INSERT INTO sqlite_sequence (name, seq) VALUES ('deliveries', ?)`);
+  return (lastId) => {
+    if (update.run(lastId).changes === 0) insert.run(lastId);
+  };
 }

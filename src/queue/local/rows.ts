@@ -11,4 +11,14 @@ export interface QueuedRow {
   available_at: number;
   /** The change itself when it is already in memory (fresh from the producer, or parsed once). */
   change?: Change;
+  /** Set while the row is stored only as part of its page's `page_log` row (not in `deliveries`). */
+  page?: LoggedPage;
+}
+
+/** A page's rows for one sink, stored as one `page_log` row; deleted when `remaining` reaches 0. */
+export interface LoggedPage {
+  id: number;
+  sink: string;
+  rows: QueuedRow[];
+  remaining: number;
 }
