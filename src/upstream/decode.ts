@@ -86,7 +86,7 @@ function decodeJson(text: string, url: string): Representation {
  */
 function normalizeJson(value: Json): Json {
   if (typeof value === 'string') return normalizeDateTime(value) ?? value;
-  if (Array.isArray(value)) return { entries: value.map(normalizeJson) };
+  if (Array.isArray(value)) return { entries: normalizeList(value) };
   if (value !== null && typeof value === 'object') {
     if (Array.isArray(value.entries)) return normalizeCollection(value as Record<string, Json>);
     return normalizeObject(value as Record<string, Json>);
@@ -98,24 +98,37 @@ function normalizeCollection(value: Record<string, Json>): NormalizedCollection 
   // An optional label of a collection is dropped: see NormalizedCollection.
   const { resource_type: _label, entries, ...rest } = value;
   // `entries` is the list itself, not a list inside it.
-  return { entries: (entries as Json[]).map(normalizeJson), ...normalizeObject(rest) };
+  return { entries: normalizeList(entries as Json[]), ...normalizeObject(rest) };
 }
 
+/** In place, like normalizeObject. */
+function normalizeList(list: Json[]): Json[] {
+  for (let i = 0; i < list.length; i++) list[i] = normalizeJson(list[i]!);
+  return list;
+}
+
+/**
+ * Normalizes the freshly parsed object in place: a copy of every object of a page doubled what the
+ * decoder allocated (and what the garbage collector then had to go through) for nothing.
+ */
 function normalizeObject(value: Record<string, Json>): { [key: string]: Json | undefined } {
-  const out: { [key: string]: Json | undefined } = {};
   // for…in over a parsed object sees exactly its own keys (its prototype is Object.prototype,
   // whose properties are not enumerable) without Object.entries' array per object.
   for (const k in value) {
     const v = value[k]!;
+    // Numbers, booleans, null and strings that are not date-times stay as they are.
+    if (v === null || (typeof v !== 'object' && typeof v !== 'string')) continue;
+    const normalized = normalizeJson(v);
+    if (normalized === v) continue;
     // A plain assignment to "__proto__" would set the prototype instead of a field.
     if (k === '__proto__')
-      Object.defineProperty(out, k, {
-        value: normalizeJson(v),
+      Object.defineProperty(value, k, {
+        value: normalized,
         enumerable: true,
         writable: true,
         configurable: true,
       });
-    else out[k] = normalizeJson(v);
+    else value[k] = normalized;
   }
-  return out;
+  return value;
 }
