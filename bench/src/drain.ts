@@ -58,6 +58,8 @@ export interface DrainResult {
   cpuUsPerEvent: number | null;
   /** The same from the first line in the sink on (start-up left out), / all events as in cpu.ts. */
   cpuUsPerEventAfterFirstLine: number | null;
+  /** Every run when the drain was repeated (the figures above are the median run's). */
+  runs?: { seconds: number; cpuUsPerEvent: number | null; complete: boolean }[];
   /** Node flags the feedsync processes ran with. */
   nodeArgs?: string[];
   /** Last output of each process (warnings and errors), for diagnosis; not part of the results. */

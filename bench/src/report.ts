@@ -243,7 +243,10 @@ export function renderTable(r: BenchReport): string {
   parts.push(
     `Machine: ${r.machine.nproc} CPUs (${r.machine.cpu_model}), node ${r.machine.node}, ${(Number(r.machine.total_mem_bytes) / 2 ** 30).toFixed(1)} GiB RAM`,
   );
-  parts.push('\nDrain (backlog per service; one source per run)\n');
+  const repeats = Number(r.config.repeats ?? 1);
+  parts.push(
+    `\nDrain (backlog per service; one source per run${repeats > 1 ? `; the median of ${repeats} runs by CPU per event` : ''})\n`,
+  );
   parts.push(
     table(
       [
