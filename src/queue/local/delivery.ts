@@ -202,17 +202,8 @@ export class LocalDelivery implements DeliveryRunner {
       }),
     ]);
     clearTimeout(timer);
-    for (const lane of this.lanes.values()) {
-      try {
-        this.unlogPages(lane);
-      } catch (err) {
-        // The pages stay logged: the next start moves them, redelivering what they held.
-        this.logger.error(
-          { sink: lane.runtime.name, err: errorMessage(err) },
-          'cannot move logged pages to the queue at stop',
-        );
-      }
-    }
+    // If the store refuses, the pages stay logged: the next start moves them, redelivering all they held.
+    for (const lane of this.lanes.values()) this.tryUnlog(lane);
   }
 
   private async loop(lane: Lane): Promise<void> {
@@ -346,7 +337,7 @@ export class LocalDelivery implements DeliveryRunner {
     } catch (err) {
       this.logger.error(
         { sink: lane.runtime.name, err: errorMessage(err) },
-        'cannot move logged pages to the queue; retrying',
+        'cannot move logged pages to the queue',
       );
     }
   }
