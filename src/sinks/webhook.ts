@@ -1,6 +1,7 @@
 // The webhook sink: POSTs each change as JSON to one URL, signed when a secret is configured.
 import { createHmac } from 'node:crypto';
-import { Pool } from 'undici';
+import { DeadlineError, NoResponseError, receive } from '../upstream/dispatch.js';
+import { Pool } from '../upstream/undici-dispatchers.js';
 import { parseRetryAfter } from '../backoff.js';
 import { z } from 'zod';
 import { durationMs, filterSchema, httpUrl, name, nonEmpty } from '../config/fields.js';
@@ -82,27 +83,29 @@ class WebhookSink implements Sink {
         'sha256=' + createHmac('sha256', this.secret).update(body).digest('hex');
     }
     const where = `sink "${this.name}": POST ${this.shownUrl} (key ${change.key})`;
-    const signal = AbortSignal.timeout(this.timeoutMs);
     let status: number;
     let retryAfter: string | string[] | undefined;
     let snippet: string;
     try {
-      const res = await this.pool.request({
-        path: this.path,
-        method: 'POST',
-        headers,
-        body,
-        signal,
-        headersTimeout: this.timeoutMs,
-        bodyTimeout: this.timeoutMs,
-      });
-      status = res.statusCode;
+      // The whole body is always read (an unread body keeps the connection from being reused);
+      // of an error answer, its start is kept for the message.
+      const res = await receive(
+        this.pool,
+        { path: this.path, method: 'POST', headers, body },
+        {
+          deadline: Date.now() + this.timeoutMs,
+          keepBytes: (s) => (s >= 200 && s < 300 ? 0 : SNIPPET_BYTES),
+        },
+      );
+      status = res.status;
       retryAfter = res.headers['retry-after'];
-      // Always consume the body: an unread body keeps the connection from being reused.
-      snippet = await readSnippet(res.body, status >= 200 && status < 300 ? 0 : SNIPPET_BYTES);
-    } catch (err) {
+      snippet = res.body.toString('utf8').replace(/\s+/g, ' ').trim();
+    } catch (caught) {
+      const err = caught instanceof NoResponseError ? caught.original : caught;
       const detail =
-        signal.aborted || isTimeoutError(err) ? `timed out after ${this.timeoutMs} ms` : errorMessage(err);
+        err instanceof DeadlineError || isTimeoutError(err)
+          ? `timed out after ${this.timeoutMs} ms`
+          : errorMessage(err);
       throw new RetryLaterError(`${where}: ${detail}`, undefined, { cause: err });
     }
     if (status >= 200 && status < 300) return;
@@ -127,19 +130,6 @@ class WebhookSink implements Sink {
     });
     return this.closing;
   }
-}
-
-/** Reads the whole body, keeping at most `keep` bytes of it as text for error messages. */
-async function readSnippet(body: AsyncIterable<Buffer>, keep: number): Promise<string> {
-  const kept: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of body) {
-    if (size < keep) {
-      kept.push(chunk.subarray(0, keep - size));
-      size += Math.min(chunk.length, keep - size);
-    }
-  }
-  return Buffer.concat(kept).toString('utf8').replace(/\s+/g, ' ').trim();
 }
 
 export const webhookSink = {

@@ -1,7 +1,7 @@
 // The upstream HTTP client: keep-alive pools, pre-emptive Digest auth (one round trip in the
 // steady state), retries with full-jitter backoff, and decoding into normalized resources.
 import type { Logger } from 'pino';
-import { Pool } from 'undici';
+import { Pool } from './undici-dispatchers.js';
 import { backoffDelay, parseRetryAfter, sleep } from '../backoff.js';
 import {
   DecodeError,

@@ -1,7 +1,9 @@
 // One GET over a keep-alive pool, with a deadline covering headers AND body. Every failure comes
 // out as an UpstreamTransportError built from the error's code and message only: undici errors
 // are never passed on as `cause`, so nothing of the request (its Authorization header) can leak.
-import { Client, type Dispatcher } from 'undici';
+import type { Dispatcher } from 'undici';
+import { DeadlineError, NoResponseError, receive } from './dispatch.js';
+import { Client } from './undici-dispatchers.js';
 import { DecodeError, isTimeoutError, UpstreamTransportError } from '../core/errors.js';
 import { CharsetError, decodeText } from './charset.js';
 import { ACCEPT_ENCODING, ContentEncodingError, decodeContentEncoding } from './content-encoding.js';
@@ -68,94 +70,6 @@ export async function send(pool: PooledDispatcher, url: string, opts: SendOption
   }
 }
 
-/** A request that failed before any response: marked so the caller can tell it from a body error. */
-class NoResponseError extends Error {
-  constructor(readonly original: unknown) {
-    super('no response');
-  }
-}
-
-/** The request's deadline passed (headers and body included). */
-class DeadlineError extends Error {}
-
-interface Received {
-  status: number;
-  headers: Record<string, string | string[] | undefined>;
-  /** The body's bytes, or undefined when `readBody` said it is not needed (discarded as it came). */
-  raw: Buffer | undefined;
-}
-
-/**
- * One request through undici's dispatch API with a handler that collects the body itself: the
- * `request()` API wraps every response in a stream (BodyReadable) and an abort signal, which cost
- * ~12 µs of CPU per request on loopback (bench: 20k GETs, 8 in flight) — a third of what a
- * subject GET costs feedsync. The deadline covers headers and body; the caller's signal aborts.
- */
-function receive(
-  dispatcher: Dispatcher,
-  request: Dispatcher.DispatchOptions,
-  opts: SendOptions,
-  deadline: number,
-): Promise<Received> {
-  return new Promise<Received>((resolve, reject) => {
-    let controller: Dispatcher.DispatchController | undefined;
-    let abortedWith: Error | undefined;
-    let settled = false;
-    let status = 0;
-    let headers: Received['headers'] = {};
-    let chunks: Buffer[] | undefined;
-    let responded = false;
-    const finish = (err: unknown, value?: Received): void => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      opts.signal?.removeEventListener('abort', onAbort);
-      if (err === undefined) resolve(value!);
-      else reject(responded ? err : new NoResponseError(err));
-    };
-    const abortWith = (reason: Error): void => {
-      abortedWith = reason;
-      // Not started yet (waiting for a connection): undici aborts it when it starts.
-      controller?.abort(reason);
-      finish(reason);
-    };
-    const timer = setTimeout(() => abortWith(new DeadlineError()), Math.max(0, deadline - Date.now()));
-    const onAbort = (): void => abortWith(toError(opts.signal?.reason));
-    opts.signal?.addEventListener('abort', onAbort, { once: true });
-    dispatcher.dispatch(request, {
-      onRequestStart(c) {
-        controller = c;
-        if (abortedWith) c.abort(abortedWith);
-      },
-      onResponseStart(_c, statusCode, h) {
-        // 1xx informational answers come before the final one.
-        if (statusCode < 200) return;
-        responded = true;
-        status = statusCode;
-        headers = h;
-        chunks = opts.readBody(statusCode) ? [] : undefined;
-      },
-      onResponseData(_c, chunk) {
-        chunks?.push(chunk);
-      },
-      onResponseEnd() {
-        finish(undefined, {
-          status,
-          headers,
-          raw: chunks === undefined ? undefined : chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks),
-        });
-      },
-      onResponseError(_c, err) {
-        finish(err);
-      },
-    });
-  });
-}
-
-function toError(reason: unknown): Error {
-  return reason instanceof Error ? reason : new DOMException('This operation was aborted', 'AbortError');
-}
-
 async function exchange(
   dispatcher: Dispatcher,
   request: Dispatcher.DispatchOptions,
@@ -163,13 +77,17 @@ async function exchange(
   url: string,
   deadline: number,
 ): Promise<RawResponse> {
-  const res = await receive(dispatcher, request, opts, deadline);
-  if (res.raw === undefined) return { status: res.status, headers: res.headers, body: '' };
+  const res = await receive(dispatcher, request, {
+    deadline,
+    signal: opts.signal,
+    keepBytes: (status) => (opts.readBody(status) ? Infinity : 0),
+  });
+  if (!opts.readBody(res.status)) return { status: res.status, headers: res.headers, body: '' };
   const encoding = res.headers['content-encoding'];
-  let bytes: Buffer = res.raw;
+  let bytes: Buffer = res.body;
   if (encoding !== undefined) {
     try {
-      bytes = await decodeContentEncoding(res.raw, encoding);
+      bytes = await decodeContentEncoding(res.body, encoding);
     } catch (err) {
       if (err instanceof ContentEncodingError) throw new DecodeError(url, err.message);
       throw err;
