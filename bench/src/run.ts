@@ -219,7 +219,7 @@ async function statusPhase(work: string, errors: string[]): Promise<StatusTimeRe
   }
 }
 
-/** The node flags of the memory runs: none, as the Docker image and Helm chart run it. */
+/** The node flags of the memory runs: none (the daemon restarts itself with the young-generation size the image sets in NODE_OPTIONS). */
 const MEMORY_VARIANTS: string[][] = [[]];
 
 async function memoryPhase(work: string): Promise<DrainResult[]> {
