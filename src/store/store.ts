@@ -31,7 +31,10 @@ export function openStore(path: string): Db {
     db.pragma('foreign_keys = ON');
     migrate(db);
   } catch (err) {
-    if (err instanceof StoreError) throw err;
+    if (err instanceof StoreError) {
+      db!.close();
+      throw err;
+    }
     throw new StoreError(abs, `cannot open or write (${(err as Error).message})`);
   }
   return db;
@@ -47,6 +50,14 @@ export function openStore(path: string): Db {
 function migrate(db: Db): void {
   db.transaction(() => {
     let version = db.pragma('user_version', { simple: true }) as number;
+    const known = migrations.at(-1)!.version;
+    // A newer feedsync's store may hold what this version cannot see (schema 4's logged pages):
+    // running on it could leave changes undelivered.
+    if (version > known)
+      throw new StoreError(
+        db.name,
+        `written by a newer feedsync (store schema ${version}; this version knows up to ${known}): upgrade feedsync, or stop the newer one cleanly and use a fresh store`,
+      );
     for (const m of migrations) {
       if (m.version <= version) continue;
       db.exec(m.sql);

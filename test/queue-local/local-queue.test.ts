@@ -1,11 +1,13 @@
 // What only the local driver has: its SQL (an index the delivery loop relies on) and its one-
 // transaction page commit. The guarantees both drivers share are in test/queue/conformance.ts.
+import Database from 'better-sqlite3';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { NEXT_RETRY_DUE } from '../../src/queue/local/delivery.js';
 import { Backlog } from '../../src/queue/local/backlog.js';
 import { LocalProducer } from '../../src/queue/local/producer.js';
 import { CursorStore } from '../../src/store/cursors.js';
+import { migrations } from '../../src/store/migrations.js';
 import { openStore } from '../../src/store/store.js';
 import { makeChange } from '../queue/support.js';
 import { tempDir } from '../support/harness.js';
@@ -52,5 +54,18 @@ describe('local queue', () => {
     });
     expect(cursors.get('src')).toEqual({ eventId: 99, seenAbove: [98] });
     expect(await producer.maxBacklog()).toBe(5);
+  });
+
+  it('refuses a store written by a newer feedsync, naming the schema versions', () => {
+    const path = join(tempDir(), 'store.db');
+    openStore(path).close();
+    const newer = new Database(path);
+    newer.pragma(`user_version = ${migrations.at(-1)!.version + 1}`);
+    newer.close();
+    expect(() => openStore(path)).toThrow(
+      new RegExp(
+        `written by a newer feedsync \\(store schema ${migrations.at(-1)!.version + 1}; this version knows up to ${migrations.at(-1)!.version}\\)`,
+      ),
+    );
   });
 });
