@@ -2,18 +2,18 @@
 // wall time of `feedsync status` on a store holding many queued changes. Tooling, not product: it
 // drives the built product in ../dist as separate processes and reads their CPU time from /proc
 // (Linux). Run with Node 24 (types are stripped): `npm run build && node bench/cpu.ts --help`.
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, mkdtempSync, openSync, readFileSync, readSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
 // Run type-stripped, so these name the .ts files; tsc compiles the same modules for `npm run bench`.
+import { cpuUs, readHwm } from './src/proc-stats.ts';
 import { topSelfTime } from './src/profile.ts';
 import { statusTime } from './src/status-time.ts';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const TICK_US = 1_000_000 / Number(spawnSync('getconf', ['CLK_TCK']).stdout.toString().trim() || 100);
 
 const { values: opts } = parseArgs({
   options: {
@@ -43,18 +43,12 @@ const dist = resolve(opts.dist!);
 const cli = join(dist, 'cli.js');
 
 interface CpuSample {
-  ticks: number;
-  rssPeakKb: number;
+  cpuUs: number;
+  rssPeakBytes: number;
 }
 
 function sample(pid: number): CpuSample {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  return {
-    ticks: Number(fields[11]) + Number(fields[12]),
-    rssPeakKb: Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0),
-  };
+  return { cpuUs: cpuUs(pid) ?? 0, rssPeakBytes: readHwm(pid) };
 }
 
 /** Newline count of a growing file, reading only what was appended since the last call. */
@@ -168,10 +162,10 @@ async function drain(service: string, events: number, format: string, profileDir
       format,
       events,
       wall_s: Number(wall.toFixed(2)),
-      cpu_us_per_event: Math.round((last.ticks * TICK_US) / events),
-      cpu_us_per_event_after_first_line: Math.round(((last.ticks - first.ticks) * TICK_US) / events),
-      start_to_first_line_cpu_ms: Math.round((first.ticks * TICK_US) / 1000),
-      peak_rss_mb: Math.round(last.rssPeakKb / 1024),
+      cpu_us_per_event: Math.round(last.cpuUs / events),
+      cpu_us_per_event_after_first_line: Math.round((last.cpuUs - first.cpuUs) / events),
+      start_to_first_line_cpu_ms: Math.round(first.cpuUs / 1000),
+      peak_rss_mb: Math.round(last.rssPeakBytes / (1024 * 1024)),
     };
     if (profileDir) {
       const summary = topSelfTime(join(dir, 'prof'), 10, [JSON.stringify(result)]);

@@ -6,7 +6,7 @@ import { stringify } from 'yaml';
 import type { SandboxEvent, ServiceName } from '../../dist/sandbox/types.js';
 import { serviceCounts, type SandboxControl, type ServiceCounts } from './control.js';
 import { JsonlTail } from './jsonl-tail.js';
-import { cpuUs } from './proc-cpu.js';
+import { cpuUs } from './proc-stats.js';
 import { spawnChild, type Child, type SandboxInfo } from './procs.js';
 
 export type DrainMode = 'local' | 'bullmq';

@@ -1,9 +1,9 @@
 // Child processes of the benchmark: the sandbox and feedsync run in their own processes so that
 // their CPU and memory are separate from the measuring side. Every wait here is bounded.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { readHwm } from './proc-stats.js';
 
 /** The built CLI; FEEDSYNC_BENCH_CLI measures another build (e.g. one of main) with this bench. */
 export const CLI_PATH =
@@ -33,16 +33,6 @@ const live = new Set<ChildProcess>();
 process.once('exit', () => {
   for (const p of live) p.kill('SIGKILL');
 });
-
-/** VmHWM of a live process in bytes (0 when it is gone or /proc is unavailable). */
-export function readHwm(pid: number): number {
-  try {
-    const m = /VmHWM:\s+(\d+)\s+kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-    return m ? Number(m[1]) * 1024 : 0;
-  } catch {
-    return 0;
-  }
-}
 
 export function spawnChild(args: string[], opts: { nodeArgs?: string[]; cwd?: string } = {}): Child {
   const proc = spawn(process.execPath, [...(opts.nodeArgs ?? []), CLI_PATH, ...args], {

@@ -1,6 +1,6 @@
-// CPU time of a live process from /proc/<pid>/stat: utime + stime (fields 14 and 15, counted after
+// What the bench reads of a live process from /proc (Linux only). CPU time from /proc/<pid>/stat: utime + stime (fields 14 and 15, counted after
 // the `)` that closes the command name, which may itself hold spaces), in clock ticks converted to
-// µs with `getconf CLK_TCK`. Linux only. The daemon's one-time execve keeps its pid and its CPU
+// µs with `getconf CLK_TCK`. The daemon's one-time execve keeps its pid and its CPU
 // times, so a sample covers the whole life of the process, start-up included.
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -30,5 +30,15 @@ export function cpuUs(pid: number): number | null {
     return Number.isFinite(ticks) ? ticks * clockTickUs() : null;
   } catch {
     return null;
+  }
+}
+
+/** VmHWM (peak RSS) of a live process in bytes (0 when it is gone or /proc is unavailable). */
+export function readHwm(pid: number): number {
+  try {
+    const m = /VmHWM:\s+(\d+)\s+kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) * 1024 : 0;
+  } catch {
+    return 0;
   }
 }
