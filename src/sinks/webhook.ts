@@ -1,6 +1,6 @@
 // The webhook sink: POSTs each change as JSON to one URL, signed when a secret is configured.
 import { createHmac } from 'node:crypto';
-import { DeadlineError, NoResponseError, receive } from '../upstream/dispatch.js';
+import { exchangeFailure, receive } from '../upstream/dispatch.js';
 import { Pool } from '../upstream/undici-dispatchers.js';
 import { parseRetryAfter } from '../backoff.js';
 import { z } from 'zod';
@@ -9,7 +9,6 @@ import {
   ConfigError,
   errorMessage,
   isRetryableStatus,
-  isTimeoutError,
   NeverError,
   RetryLaterError,
 } from '../core/errors.js';
@@ -101,12 +100,9 @@ class WebhookSink implements Sink {
       retryAfter = res.headers['retry-after'];
       snippet = res.body.toString('utf8').replace(/\s+/g, ' ').trim();
     } catch (caught) {
-      const err = caught instanceof NoResponseError ? caught.original : caught;
-      const detail =
-        err instanceof DeadlineError || isTimeoutError(err)
-          ? `timed out after ${this.timeoutMs} ms`
-          : errorMessage(err);
-      throw new RetryLaterError(`${where}: ${detail}`, undefined, { cause: err });
+      const { cause, timedOut } = exchangeFailure(caught);
+      const detail = timedOut ? `timed out after ${this.timeoutMs} ms` : errorMessage(cause);
+      throw new RetryLaterError(`${where}: ${detail}`, undefined, { cause });
     }
     if (status >= 200 && status < 300) return;
     const detail = `HTTP ${status}${snippet ? `: ${snippet}` : ''}`;

@@ -4,6 +4,7 @@
 // feedsync. It is also what lets feedsync load undici's Pool and Client without undici's index,
 // which adds `request()` to them (src/upstream/undici-dispatchers.ts).
 import type { Dispatcher } from 'undici';
+import { isTimeoutError } from '../core/errors.js';
 
 export interface Received {
   status: number;
@@ -30,6 +31,12 @@ export class NoResponseError extends Error {
 
 /** The deadline passed (headers and body included). */
 export class DeadlineError extends Error {}
+
+/** What a rejection of receive() comes down to: the underlying error, and whether time ran out. */
+export function exchangeFailure(caught: unknown): { cause: unknown; timedOut: boolean } {
+  const cause = caught instanceof NoResponseError ? caught.original : caught;
+  return { cause, timedOut: cause instanceof DeadlineError || isTimeoutError(cause) };
+}
 
 export function receive(
   dispatcher: Dispatcher,

@@ -2,9 +2,9 @@
 // out as an UpstreamTransportError built from the error's code and message only: undici errors
 // are never passed on as `cause`, so nothing of the request (its Authorization header) can leak.
 import type { Dispatcher } from 'undici';
-import { DeadlineError, NoResponseError, receive } from './dispatch.js';
+import { exchangeFailure, NoResponseError, receive } from './dispatch.js';
 import { Client } from './undici-dispatchers.js';
-import { DecodeError, isTimeoutError, UpstreamTransportError } from '../core/errors.js';
+import { DecodeError, UpstreamTransportError } from '../core/errors.js';
 import { CharsetError, decodeText } from './charset.js';
 import { ACCEPT_ENCODING, ContentEncodingError, decodeContentEncoding } from './content-encoding.js';
 
@@ -62,11 +62,10 @@ export async function send(pool: PooledDispatcher, url: string, opts: SendOption
   } catch (caught) {
     if (opts.signal?.aborted) throw abortReason(opts.signal);
     if (caught instanceof DecodeError) throw caught;
-    const err = caught instanceof NoResponseError ? caught.original : caught;
-    if (err instanceof DeadlineError || isTimeoutError(err)) {
+    const { cause, timedOut } = exchangeFailure(caught);
+    if (timedOut)
       throw new UpstreamTransportError(url, 'timeout', `no complete response within ${opts.timeoutMs} ms`);
-    }
-    throw new UpstreamTransportError(url, 'network', describe(err));
+    throw new UpstreamTransportError(url, 'network', describe(cause));
   }
 }
 

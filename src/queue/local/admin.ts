@@ -1,4 +1,5 @@
 import type { Change } from '../../core/change.js';
+import { QUEUED_FOR_SINK } from './backlog.js';
 import { FeedsyncError } from '../../core/errors.js';
 import type { Db } from '../../store/store.js';
 import type { DeadLetter, DeadLetterFilter, QueueAdmin, SinkJobCounts } from '../queue.js';
@@ -36,11 +37,7 @@ export class LocalAdmin implements QueueAdmin {
     // Totals come from the (sink, id) index alone; only the few rows with a retry time are read,
     // through the partial index. A row has attempts > 0 only after a failure, which always sets
     // available_at, so "failed" is counted among them exactly. `status` stays fast on a big backlog.
-    // Rows of logged pages (docs/local-queue.md) count as waiting until their whole page is delivered.
-    const total = this.db.prepare(
-      `SELECT (SELECT COUNT(*) FROM deliveries WHERE sink = ?) +
-              (SELECT IFNULL(SUM(n), 0) FROM page_log WHERE sink = ?) AS n`,
-    );
+    const total = this.db.prepare(QUEUED_FOR_SINK);
     const retrying = this.db
       .prepare(
         `SELECT sink, SUM(available_at > ?) AS delayed, SUM(attempts > 0) AS failed

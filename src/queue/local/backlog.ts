@@ -1,6 +1,14 @@
 import type { Db } from '../../store/store.js';
 
 /**
+ * Changes queued for a sink (bind the sink name twice): its `deliveries` rows plus the sizes of its
+ * logged pages, which count whole until their last change is delivered — a slight overcount, never
+ * under. Served by the (sink, id) index and the small page_log table.
+ */
+export const QUEUED_FOR_SINK = `SELECT (SELECT COUNT(*) FROM deliveries WHERE sink = ?) +
+  (SELECT IFNULL(SUM(n), 0) FROM page_log WHERE sink = ?) AS n`;
+
+/**
  * Undelivered deliveries per sink, kept in memory so the pollers' back-pressure check costs
  * nothing, and re-counted now and then because the `dlq` command may add rows from outside.
  */
@@ -12,11 +20,7 @@ export class Backlog {
     db: Db,
     private readonly sinks: string[],
   ) {
-    // Logged pages count whole until their last row is delivered: a slight overcount, never under.
-    this.countStmt = db.prepare(
-      `SELECT (SELECT COUNT(*) FROM deliveries WHERE sink = ?) +
-              (SELECT IFNULL(SUM(n), 0) FROM page_log WHERE sink = ?) AS n`,
-    );
+    this.countStmt = db.prepare(QUEUED_FOR_SINK);
     this.recount();
   }
 

@@ -13,6 +13,9 @@ import type { QueuedSlices } from './producer.js';
 import type { LoggedPage, QueuedRow as Row } from './rows.js';
 
 const IDLE_RECHECK_MS = 1000;
+/** A logged page's change becoming a `deliveries` row under the id it was reserved. */
+const UNLOG_ROW =
+  'INSERT OR IGNORE INTO deliveries (id, sink, key, subject_key, body) VALUES (?, ?, ?, ?, ?)';
 /** When the sink's next retry is due. `available_at > 0` names the partial index's condition, so
  * SQLite searches the few retrying rows instead of scanning the whole backlog on every wake-up. */
 export const NEXT_RETRY_DUE =
@@ -98,9 +101,7 @@ export class LocalDelivery implements DeliveryRunner {
     this.ackRange = db.prepare('DELETE FROM deliveries WHERE id BETWEEN ? AND ?');
     this.ackList = db.prepare('DELETE FROM deliveries WHERE id IN (SELECT value FROM json_each(?))');
     this.ackPage = db.prepare('DELETE FROM page_log WHERE id = ?');
-    this.unlog = db.prepare(
-      'INSERT OR IGNORE INTO deliveries (id, sink, key, subject_key, body) VALUES (?, ?, ?, ?, ?)',
-    );
+    this.unlog = db.prepare(UNLOG_ROW);
     // A crash leaves pages in the log: their rows join `deliveries`, under the ids they had.
     unlogLeftovers(db);
     this.window = Math.max(MIN_WINDOW, 2 * BATCH * queue.concurrency);
@@ -495,9 +496,7 @@ function unlogLeftovers(db: Db): void {
     rows: string;
   }[];
   if (pages.length === 0) return;
-  const insert = db.prepare(
-    'INSERT OR IGNORE INTO deliveries (id, sink, key, subject_key, body) VALUES (?, ?, ?, ?, ?)',
-  );
+  const insert = db.prepare(UNLOG_ROW);
   db.transaction(() => {
     for (const page of pages) {
       (JSON.parse(page.rows) as Change[]).forEach((change, i) =>
