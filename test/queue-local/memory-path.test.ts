@@ -319,3 +319,46 @@ describe('local queue: the page log (a page taken from memory is one row)', () =
     expect([...sink.copies.keys()]).toEqual(changes.map((c) => c.key));
   });
 });
+
+describe('local queue: logged pages beside row-by-row sinks', () => {
+  it('a sink logged from memory and a sink stored row by row in the same commit never share ids', async () => {
+    const dir = tempDir();
+    const never = new Promise<void>(() => undefined);
+    // `a` takes pages into memory (logged) and hangs; `b` fails, so it is stored row by row.
+    const a = new Counting(() => never);
+    const b = new Counting(undefined, () => new RetryLaterError('down', 60_000));
+    const config = driverConfig(dir, ['a', 'b'], { concurrency: 1 });
+    const first = await createLocalDriver({
+      config,
+      mode: 'run',
+      events: new PipelineEvents(),
+      logger: pino({ level: 'silent' }),
+      sinks: [
+        { name: 'a', sink: a },
+        { name: 'b', sink: b },
+      ],
+    });
+    opened.push(first);
+    await first.delivery!.start();
+    await new Promise((r) => setTimeout(r, 50));
+    const changes = Array.from({ length: 100 }, (_, i) => makeChange(`c${i}`));
+    await commitInPages(first, changes.slice(0, 50), 50);
+    await waitFor(() => b.calls > 0, 5000, 'b failed once (now reading the store)');
+    await commitInPages(first, changes.slice(50), 50);
+    // The stop moves a's logged rows into deliveries under their reserved ids.
+    await first.delivery!.stop(200);
+    await first.close();
+    opened.splice(opened.indexOf(first), 1);
+
+    const db = new Database(config.store.path, { readonly: true });
+    try {
+      const rows = db.prepare('SELECT sink, COUNT(*) AS n FROM deliveries GROUP BY sink ORDER BY sink').all();
+      expect(rows).toEqual([
+        { sink: 'a', n: 100 },
+        { sink: 'b', n: 100 },
+      ]);
+    } finally {
+      db.close();
+    }
+  });
+});

@@ -48,23 +48,23 @@ export class LocalProducer implements ChangeQueue {
       `INSERT OR IGNORE INTO deliveries (sink, key, subject_key, body) VALUES (?, ?, ?, ?)`,
     );
     this.insertPage = db.prepare('INSERT INTO page_log (id, sink, n, rows) VALUES (?, ?, ?, ?)');
-    // Read inside each commit: `dlq retry` (another process) may have taken ids meanwhile.
     this.lastId = db.prepare(`SELECT seq FROM sqlite_sequence WHERE name = 'deliveries'`).pluck();
     this.reserveIds = reserveStatement(db);
     this.commitTx = db.transaction((commit: PageCommit): QueuedSlices => {
       const slices: QueuedSlices = new Map();
-      let nextId = ((this.lastId.get() as number | undefined) ?? 0) + 1;
-      let reserved = false;
       // Sink by sink, so one sink's rows of a page get consecutive ids (acknowledged as a range).
       for (const sink of this.sinks) {
         const wanted = commit.changes.filter((change) => passesFilter(sink.filter, change));
         const taken = wanted.length ? this.takes(sink.name, wanted) : undefined;
         if (taken) {
-          const rows = logPage(sink.name, taken, nextId);
+          // Read here, not once per commit: a row-by-row sink earlier in this loop, or `dlq
+          // retry` from another process, may have taken ids; and reserved at once, so that a
+          // row-by-row sink later in this loop cannot take these.
+          const firstId = ((this.lastId.get() as number | undefined) ?? 0) + 1;
+          const rows = logPage(sink.name, taken, firstId);
           if (rows.length) {
-            this.insertPage.run(nextId, sink.name, rows.length, `[${rows.map((r) => r.body).join(',')}]`);
-            nextId += rows.length;
-            reserved = true;
+            this.insertPage.run(firstId, sink.name, rows.length, `[${rows.map((r) => r.body).join(',')}]`);
+            this.reserveIds(firstId + rows.length - 1);
           }
           slices.set(sink.name, rows);
           continue;
@@ -77,7 +77,6 @@ export class LocalProducer implements ChangeQueue {
           // Ignored: the key is already queued for this sink (a re-read after `cursor set`).
           if (result.changes === 0) continue;
           const id = Number(result.lastInsertRowid);
-          nextId = Math.max(nextId, id + 1);
           rows.push({
             id,
             key: change.key,
@@ -90,7 +89,6 @@ export class LocalProducer implements ChangeQueue {
         }
         slices.set(sink.name, rows);
       }
-      if (reserved) this.reserveIds(nextId - 1);
       cursors.save(commit.source, commit.cursor, commit.seenAbove);
       return slices;
     });
