@@ -13,9 +13,13 @@ import type { QueuedSlices } from './producer.js';
 import type { LoggedPage, QueuedRow as Row } from './rows.js';
 
 const IDLE_RECHECK_MS = 1000;
-/** A logged page's change becoming a `deliveries` row under the id it was reserved. */
+/**
+ * A logged page's change becoming a `deliveries` row under the id it was reserved. A key already
+ * queued for the sink is skipped; an id already taken is an error (the move is refused and the
+ * page stays logged), never a change silently dropped.
+ */
 const UNLOG_ROW =
-  'INSERT OR IGNORE INTO deliveries (id, sink, key, subject_key, body) VALUES (?, ?, ?, ?, ?)';
+  'INSERT INTO deliveries (id, sink, key, subject_key, body) VALUES (?, ?, ?, ?, ?) ON CONFLICT (sink, key) DO NOTHING';
 /** When the sink's next retry is due. `available_at > 0` names the partial index's condition, so
  * SQLite searches the few retrying rows instead of scanning the whole backlog on every wake-up. */
 export const NEXT_RETRY_DUE =
