@@ -5,13 +5,7 @@ import { Pool } from '../upstream/undici-dispatchers.js';
 import { parseRetryAfter } from '../backoff.js';
 import { z } from 'zod';
 import { durationMs, filterSchema, httpUrl, name, nonEmpty } from '../config/fields.js';
-import {
-  ConfigError,
-  errorMessage,
-  isRetryableStatus,
-  NeverError,
-  RetryLaterError,
-} from '../core/errors.js';
+import { ConfigError, errorMessage, isRetryableStatus, NeverError, RetryLaterError } from '../core/errors.js';
 import type { Change } from '../core/change.js';
 import type { SinkDefinition } from './definition.js';
 import type { Sink, SinkContext } from './sink.js';
