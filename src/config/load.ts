@@ -98,7 +98,7 @@ function readSecretFiles(raw: Record<string, unknown>, dir: string): Record<stri
   if (isRecord(raw.queue)) out.queue = readSecretFile(raw.queue, 'redis_url', 'queue', dir, issues);
   if (Array.isArray(raw.sources)) {
     out.sources = raw.sources.map((source, i) =>
-      isRecord(source) ? readSecretFile(source, 'password', joinPath('sources', i), dir, issues) : source,
+      isRecord(source) ? sourceFiles(source, joinPath('sources', i), dir, issues) : source,
     );
   }
   if (Array.isArray(raw.sinks)) {
@@ -112,6 +112,33 @@ function readSecretFiles(raw: Record<string, unknown>, dir: string): Record<stri
   if (issues.length > 0) throw toConfigError(issues);
   return out;
 }
+
+/** A source's secrets (`password`, `proxy`) from their `*_file`s; its PEM paths made absolute. */
+function sourceFiles(
+  source: Record<string, unknown>,
+  path: string,
+  dir: string,
+  issues: ConfigIssue[],
+): Record<string, unknown> {
+  let out = readSecretFile(source, 'password', path, dir, issues);
+  out = readSecretFile(out, 'proxy', path, dir, issues);
+  for (const key of PEM_FILE_KEYS) {
+    const file = out[key];
+    if (typeof file !== 'string' || file === '') continue;
+    const absolute = resolve(dir, file);
+    try {
+      readFileSync(absolute);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code ?? 'error';
+      issues.push({ path: joinPath(path, key), message: `cannot read ${absolute} (${code})` });
+      continue;
+    }
+    out = { ...out, [key]: absolute };
+  }
+  return out;
+}
+
+const PEM_FILE_KEYS = ['ca_file', 'cert_file', 'key_file'] as const;
 
 function readSecretFile(
   obj: Record<string, unknown>,

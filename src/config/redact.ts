@@ -11,7 +11,10 @@ const SECRET_OPTION_KEY = /pass(word)?|secret|token|api[_-]?key|credential|priva
 /** A deep copy of `config` with every secret replaced by `"<redacted>"`. */
 export function redactConfig(config: FeedsyncConfig): unknown {
   const copy = structuredClone(config);
-  for (const source of copy.sources) source.password = REDACTED;
+  for (const source of copy.sources) {
+    source.password = REDACTED;
+    if (source.proxy !== undefined) source.proxy = redactUrlPassword(source.proxy);
+  }
   if (copy.queue.redis_url !== undefined) copy.queue.redis_url = redactUrlPassword(copy.queue.redis_url);
   for (const sink of copy.sinks) {
     if (sink.type === 'webhook') {
@@ -27,7 +30,10 @@ export function redactConfig(config: FeedsyncConfig): unknown {
 /** Every secret value in `config` (raw and URL-decoded forms), without duplicates or empties. */
 export function collectSecrets(config: FeedsyncConfig): string[] {
   const found = new Set<string>();
-  for (const source of config.sources) found.add(source.password);
+  for (const source of config.sources) {
+    found.add(source.password);
+    if (source.proxy !== undefined) urlPasswords(source.proxy).forEach((p) => found.add(p));
+  }
   if (config.queue.redis_url !== undefined) urlPasswords(config.queue.redis_url).forEach((p) => found.add(p));
   for (const sink of config.sinks) {
     if (sink.type === 'webhook') {

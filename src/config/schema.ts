@@ -28,6 +28,24 @@ const baseUrl = z
   })
   .transform((value) => value.replace(/\/+$/, ''));
 
+/** scheme://host[:port] of an http(s) URL, normalized (a path, query or credentials are refused). */
+const origin = z
+  .string()
+  .superRefine((value, ctx) => {
+    const url = parseUrl(value);
+    if (url === undefined || !isHttpUrl(value) || url.username !== '' || url.password !== '') {
+      ctx.addIssue({ code: 'custom', message: 'must be an http(s) origin such as https://cdn.example.com' });
+    } else if (!['', '/'].includes(url.pathname) || url.search !== '' || url.hash !== '') {
+      ctx.addIssue({ code: 'custom', message: 'must be an origin only (scheme, host and port), no path' });
+    }
+  })
+  .transform((value) => new URL(value).origin);
+
+const proxyUrl = z.string().refine((value) => isHttpUrl(value), {
+  // Never echo the value: it may carry the proxy's credentials.
+  error: 'must be an http:// or https:// URL',
+});
+
 const redisUrl = z.string().refine(
   (value) => {
     const protocol = parseUrl(value)?.protocol;
@@ -65,6 +83,13 @@ const sourceSchema = z.strictObject({
   timeout_ms: durationMs.default(30000),
   subject_concurrency: atLeastOne.default(8),
   compression: z.boolean().default(true),
+  // A feed page holds at most 50 events; 8 MiB is ~100× a page of expanded subjects.
+  max_body_bytes: z.number().int().min(65536).default(8 * 1024 * 1024),
+  allowed_origins: z.array(origin).default([]),
+  proxy: proxyUrl.optional(),
+  ca_file: nonEmpty.optional(),
+  cert_file: nonEmpty.optional(),
+  key_file: nonEmpty.optional(),
 });
 
 const queueSchema = z
@@ -116,6 +141,15 @@ export const configSchema = z
     log: z.strictObject({ level: z.enum(LOG_LEVELS).default('info') }).prefault({}),
   })
   .superRefine((config, ctx) => {
+    config.sources.forEach((source, i) => {
+      if ((source.cert_file === undefined) !== (source.key_file === undefined)) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['sources', i, source.cert_file === undefined ? 'cert_file' : 'key_file'],
+          message: 'cert_file and key_file go together (a client certificate needs its key)',
+        });
+      }
+    });
     reportDuplicates(
       config.sources.map((s) => s.name),
       'sources',

@@ -21,6 +21,16 @@ export interface SourceConfig {
   subject_concurrency: number;
   /** Send Accept-Encoding and decode gzip/deflate/br answers. */
   compression: boolean;
+  /** Largest response body accepted, on the wire and once decoded (bytes). */
+  max_body_bytes: number;
+  /** Origins besides base_url's that links may point to (credentials go there too). */
+  allowed_origins: string[];
+  /** Forward proxy URL for this source; absent: HTTPS_PROXY / HTTP_PROXY / NO_PROXY. */
+  proxy?: string;
+  /** PEM files (absolute paths once loaded): CA bundle to trust, client certificate and key. */
+  ca_file?: string;
+  cert_file?: string;
+  key_file?: string;
 }
 
 export interface SinkFilter {

@@ -73,6 +73,33 @@ export class DecodeError extends FeedsyncError {
   }
 }
 
+/** Why feedsync refused an upstream answer or link (the `reason` label of feedsync_upstream_refusals_total). */
+export const REFUSAL_REASONS = [
+  'body_too_large',
+  'too_deep',
+  'too_many_values',
+  'foreign_origin',
+  'insecure_link',
+  'unusable_link',
+] as const;
+export type RefusalReason = (typeof REFUSAL_REASONS)[number];
+
+/**
+ * feedsync refused what upstream sent or pointed to: a body over the source's limits, a link to
+ * another origin or an unusable one. Asking again at once would get the same answer: not retried by
+ * the client; the poller fails the page (cursor unmoved) and retries it with its own backoff.
+ */
+export class UpstreamRefusedError extends FeedsyncError {
+  override name = 'UpstreamRefusedError';
+  constructor(
+    readonly url: string,
+    readonly reason: RefusalReason,
+    detail: string,
+  ) {
+    super(`refused GET ${url}: ${detail}`, false);
+  }
+}
+
 /** Thrown by a sink: the delivery may succeed later (network, 5xx, 429). */
 export class RetryLaterError extends FeedsyncError {
   override name = 'RetryLaterError';

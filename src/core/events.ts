@@ -1,6 +1,15 @@
 // Typed pipeline events. Observability (metrics, readiness, progress output) subscribes to these
 // instead of metric calls scattered through the code. Emitting never throws.
 import { EventEmitter } from 'node:events';
+import type { RefusalReason } from './errors.js';
+
+/**
+ * duplicate_id: the same id listed twice on one page (identical: delivered once); behind_cursor:
+ * an event at or below the cursor that was not delivered before (delivered late); disorder: an
+ * event the cursor rule had passed over, found by re-reading behind the cursor (delivered late).
+ */
+export const FEED_ANOMALY_KINDS = ['duplicate_id', 'behind_cursor', 'disorder'] as const;
+export type FeedAnomalyKind = (typeof FEED_ANOMALY_KINDS)[number];
 
 export type DeliveryOutcome = 'ok' | 'retry' | 'dead';
 
@@ -22,7 +31,7 @@ export interface PipelineEventMap {
   'page:committed': {
     source: string;
     cursor: number;
-    /** event_type of every change in the page, in feed order. */
+    /** event_type of every change in the page, in feed order; types the specs do not list as "unknown". */
     eventTypes: string[];
     /** occurred_at of the newest event committed, epoch seconds. */
     lastEventTimestamp?: number;
@@ -31,6 +40,12 @@ export interface PipelineEventMap {
     /** subjects that answered 404 in this page. */
     gone: number;
   };
+  /** feedsync refused an upstream body or link (see UpstreamRefusedError). */
+  'upstream:refused': { source: string; reason: RefusalReason; url: string };
+  /** A response held bytes that are not valid UTF-8 (replaced by U+FFFD). One per response. */
+  'upstream:invalid-utf8': { source: string; url: string };
+  /** The feed broke a rule the cursor relies on; what feedsync did about it is in `kind`. */
+  'feed:anomaly': { source: string; kind: FeedAnomalyKind; eventId: number };
   /** An event type the specs do not list; emitted once per type and source. */
   'event:unknown-type': { source: string; eventType: string };
   /** A delivery attempt to a sink finished. */

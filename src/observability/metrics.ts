@@ -2,7 +2,8 @@
 // to PipelineEvents (the pipeline never calls a metric directly); queue gauges are read at
 // scrape time from the queue's own counts.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { PipelineEvents } from '../core/events.js';
+import { REFUSAL_REASONS } from '../core/errors.js';
+import { FEED_ANOMALY_KINDS, type PipelineEvents } from '../core/events.js';
 import type { SinkJobCounts } from '../queue/queue.js';
 import type { Logger } from './logger.js';
 import { createCountsCache } from './queue-counts-cache.js';
@@ -85,6 +86,24 @@ export function createMetrics(opts: MetricsOptions): Metrics {
     name: 'feedsync_subject_gone_total',
     help: 'Subjects that answered 404 when fetched (changes emitted with subject_state gone).',
     labelNames: ['source'] as const,
+    registers,
+  });
+  const refusals = new Counter({
+    name: 'feedsync_upstream_refusals_total',
+    help: 'Upstream bodies and links refused (over a size, depth or value limit; another origin; unusable), by reason.',
+    labelNames: ['source', 'reason'] as const,
+    registers,
+  });
+  const invalidUtf8 = new Counter({
+    name: 'feedsync_upstream_invalid_utf8_total',
+    help: 'Upstream responses holding bytes that are not valid UTF-8 (replaced by U+FFFD).',
+    labelNames: ['source'] as const,
+    registers,
+  });
+  const anomalies = new Counter({
+    name: 'feedsync_feed_anomalies_total',
+    help: 'Feed events that broke a rule the cursor relies on (duplicate_id, behind_cursor, disorder); each still delivered once.',
+    labelNames: ['source', 'kind'] as const,
     registers,
   });
   const cursorEventId = new Gauge({
@@ -182,6 +201,9 @@ export function createMetrics(opts: MetricsOptions): Metrics {
     for (const outcome of ['ok', 'error']) pollsTotal.inc({ source, outcome }, 0);
     pollDuration.zero({ source });
     subjectGone.inc({ source }, 0);
+    invalidUtf8.inc({ source }, 0);
+    for (const reason of REFUSAL_REASONS) refusals.inc({ source, reason }, 0);
+    for (const kind of FEED_ANOMALY_KINDS) anomalies.inc({ source, kind }, 0);
     sourceBehind.set({ source }, 0);
     for (const sink of opts.sinks) changesEnqueued.inc({ source, sink }, 0);
   }
@@ -200,6 +222,9 @@ export function createMetrics(opts: MetricsOptions): Metrics {
     events.on('http:response', (e) => {
       httpRequests.inc({ source: e.source, kind: e.kind, code: e.code });
     }),
+    events.on('upstream:refused', (e) => refusals.inc({ source: e.source, reason: e.reason })),
+    events.on('upstream:invalid-utf8', (e) => invalidUtf8.inc({ source: e.source })),
+    events.on('feed:anomaly', (e) => anomalies.inc({ source: e.source, kind: e.kind })),
     events.on('poll:finished', (e) => {
       pollsTotal.inc({ source: e.source, outcome: e.ok ? 'ok' : 'error' });
       if (Number.isFinite(e.durationSeconds)) pollDuration.observe({ source: e.source }, e.durationSeconds);

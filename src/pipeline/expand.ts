@@ -95,7 +95,7 @@ async function fetchSubject(url: string, opts: ExpandOptions): Promise<SubjectOu
     if (opts.signal.aborted) throw new ExpansionAborted('shutting down');
     try {
       const res = await opts.client.get(url, { kind: 'subject', signal: opts.signal });
-      if (res.status === 404) return { state: 'gone', subject: null };
+      if (res.status !== 200) return { state: 'gone', subject: null };
       return { state: 'present', subject: res.resource as Resource };
     } catch (err) {
       // Wrong credentials are not fixed by hammering: hand it to the poller's slow retry.

@@ -235,7 +235,7 @@ async function readPage(
 ): Promise<PageRead> {
   const { source, adapter, logger } = deps;
   const res = await deps.client.get(url, { kind: 'feed', signal });
-  if (res.status === 404) throw new Error(`feed ${url} answered 404: check the source's base_url`);
+  if (res.status !== 200) throw new Error(`feed ${url} answered ${res.status}: check the source's base_url`);
   const listed = readFeedEvents(res.resource, url);
   const ids = listed.map((e) => e.id);
   const full = listed.length >= PAGE_SIZE;
@@ -335,7 +335,7 @@ export async function findLatestEventId(
   for (;;) {
     const url = `${baseUrl}/api/events${newerThan === undefined ? '' : `?newer_than=${newerThan}`}`;
     const res = await client.get(url, { kind: 'feed', signal });
-    if (res.status === 404) throw new Error(`feed ${url} answered 404: check the source's base_url`);
+    if (res.status !== 200) throw new Error(`feed ${url} answered ${res.status}: check the source's base_url`);
     const ids = readFeedEvents(res.resource, url).map((e) => e.id);
     newest = Math.max(newest, ...ids);
     if (ids.length < PAGE_SIZE) return newest;

@@ -40,8 +40,9 @@ export interface UpstreamClientOptions {
   compression?: boolean;
 }
 
+/** 404 and 410 both say the resource is gone (RFC 9110 §15.5.11: 410 is 404 made permanent). */
 export type FetchResult =
-  { status: 200; url: string; resource: Representation } | { status: 404; url: string };
+  { status: 200; url: string; resource: Representation } | { status: 404 | 410; url: string };
 
 export interface UpstreamClient {
   get(url: string, opts: { kind: 'feed' | 'subject'; signal?: AbortSignal }): Promise<FetchResult>;
@@ -180,7 +181,7 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
     signal: AbortSignal | undefined,
   ): Promise<FetchResult> {
     const res = await authenticatedGet(t, kind, signal);
-    if (res.status === 404) return { status: 404, url: t.display };
+    if (res.status === 404 || res.status === 410) return { status: res.status, url: t.display };
     if (res.status >= 200 && res.status < 300) {
       const contentType = headerValue(res.headers['content-type']);
       const resource = decodeBody(res.body, contentType, t.display, opts.format, { linkRel: opts.linkRel });

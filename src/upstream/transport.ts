@@ -12,6 +12,8 @@ export interface RawResponse {
   status: number;
   headers: Record<string, string | string[] | undefined>;
   body: string;
+  /** The body held bytes that are not valid UTF-8 (each replaced by U+FFFD). */
+  invalidUtf8?: boolean;
 }
 
 export interface SendOptions {
@@ -24,6 +26,8 @@ export interface SendOptions {
   readBody: (status: number) => boolean;
   /** Send Accept-Encoding and decode gzip/deflate/br bodies. */
   compression?: boolean;
+  /** Largest body accepted, on the wire and decoded; over it: UpstreamRefusedError body_too_large. */
+  maxBodyBytes?: number;
 }
 
 /** The keep-alive pool `send` uses; its idle count tells whether a request reuses a connection. */
