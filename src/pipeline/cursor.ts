@@ -23,26 +23,34 @@ export interface CursorStep {
  * unseen event has an id at or below the new cursor. The ≤ D events of the page above the new
  * cursor are re-listed by the next request and recognised through `seenAbove`, not queued twice.
  * With D = 0 (the scheduling feed, ordered by id) this is simply the largest id.
+ *
+ * `pageIds` are the page's ids above the previous cursor; `full` is whether the page listed 50
+ * events in all. A full page that also re-lists events at or below `newer_than` holds fewer than 50
+ * ids above it, but it is still full: the feed may hold more events than it showed.
  */
 export function nextCursor(
   previous: { cursor: number; seenAbove: number[] },
   pageIds: number[],
   maxDisorder: number,
+  full = pageIds.length >= PAGE_SIZE,
 ): CursorStep {
   const seen = new Set([...previous.seenAbove, ...pageIds]);
   if (pageIds.length === 0) return { cursor: previous.cursor, seenAbove: previous.seenAbove };
   const sorted = [...pageIds].sort((a, b) => a - b);
-  const full = pageIds.length >= PAGE_SIZE;
   const index = full ? Math.max(0, sorted.length - 1 - maxDisorder) : sorted.length - 1;
   const cursor = Math.max(previous.cursor, sorted[index]!);
   const seenAbove = [...seen].filter((id) => id > cursor).sort((a, b) => a - b);
   return { cursor, seenAbove };
 }
 
-/** How far the page's listing order strays from its id order: the largest displacement seen. */
-export function observedDisorder(pageIds: number[]): number {
+/** How far the page's listing order strays from its id order: the largest displacement, and whose. */
+export function observedDisorder(pageIds: number[]): { disorder: number; eventId: number } {
   const rank = new Map([...pageIds].sort((a, b) => a - b).map((id, i) => [id, i]));
-  let max = 0;
-  pageIds.forEach((id, i) => (max = Math.max(max, Math.abs(i - rank.get(id)!))));
-  return max;
+  let disorder = 0;
+  let eventId = pageIds[0] ?? 0;
+  pageIds.forEach((id, i) => {
+    const d = Math.abs(i - rank.get(id)!);
+    if (d > disorder) [disorder, eventId] = [d, id];
+  });
+  return { disorder, eventId };
 }

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import { backoffDelay, sleep } from '../backoff.js';
-import { errorMessage, UpstreamAuthError } from '../core/errors.js';
+import { errorMessage, FeedsyncError, UpstreamAuthError } from '../core/errors.js';
 import type { UpstreamClient } from '../upstream/client.js';
 import type { Resource } from '../core/resource.js';
 import type { FeedEvent, SubjectOutcome } from './change.js';
@@ -66,7 +66,13 @@ export async function expandSubjects(events: FeedEvent[], opts: ExpandOptions): 
     return e.subject_link;
   };
   const decisions = events.map(decide);
-  for (const d of decisions) if (typeof d === 'string') toFetch.add(d);
+  // The first event of each URL fetched: named when its subject cannot be had.
+  const firstEvent = new Map<string, FeedEvent>();
+  decisions.forEach((d, i) => {
+    if (typeof d !== 'string') return;
+    toFetch.add(d);
+    if (!firstEvent.has(d)) firstEvent.set(d, events[i]!);
+  });
 
   const fetched = new Map<string, SubjectOutcome>();
   let notFound = 0;
@@ -78,7 +84,7 @@ export async function expandSubjects(events: FeedEvent[], opts: ExpandOptions): 
           fetched.set(url, { state: 'gone', subject: null });
           return;
         }
-        const outcome = await fetchSubject(url, opts);
+        const outcome = await fetchSubject(url, firstEvent.get(url)!, opts);
         if (outcome.state === 'gone') {
           notFound++;
           opts.gone.add(url);
@@ -90,7 +96,19 @@ export async function expandSubjects(events: FeedEvent[], opts: ExpandOptions): 
   return { outcomes: decisions.map((d) => (typeof d === 'string' ? fetched.get(d)! : d)), notFound };
 }
 
-async function fetchSubject(url: string, opts: ExpandOptions): Promise<SubjectOutcome> {
+/**
+ * A subject that cannot be had whatever the retries (refused by feedsync, 403, another 4xx): the
+ * page fails with the event named, so the poller's backoff, `polls_total{outcome="error"}` and
+ * readiness show it, instead of an endless retry inside the page that nothing reports.
+ */
+export class SubjectUnavailableError extends FeedsyncError {
+  override name = 'SubjectUnavailableError';
+  constructor(event: FeedEvent, cause: FeedsyncError) {
+    super(`subject of event ${event.id} (${event.event_type}): ${cause.message}`, false, { cause });
+  }
+}
+
+async function fetchSubject(url: string, event: FeedEvent, opts: ExpandOptions): Promise<SubjectOutcome> {
   for (let attempt = 0; ; attempt++) {
     if (opts.signal.aborted) throw new ExpansionAborted('shutting down');
     try {
@@ -100,6 +118,7 @@ async function fetchSubject(url: string, opts: ExpandOptions): Promise<SubjectOu
     } catch (err) {
       // Wrong credentials are not fixed by hammering: hand it to the poller's slow retry.
       if (err instanceof UpstreamAuthError || opts.signal.aborted) throw err;
+      if (err instanceof FeedsyncError && !err.retryable) throw new SubjectUnavailableError(event, err);
       const delay = backoffDelay(attempt, opts.retry.baseMs, opts.retry.maxMs);
       opts.logger.warn(
         { url, attempt: attempt + 1, err: errorMessage(err) },

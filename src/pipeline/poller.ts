@@ -1,31 +1,18 @@
-import type { Logger } from 'pino';
 import { backoffDelay, sleep } from '../backoff.js';
-import type { SourceConfig } from '../config/types.js';
-import { errorMessage, UpstreamAuthError } from '../core/errors.js';
-import type { PollOutcome, SourceState } from '../queue/driver.js';
-import type { ChangeQueue } from '../queue/queue.js';
+import { errorMessage, FeedsyncError, UpstreamAuthError } from '../core/errors.js';
+import type { PollOutcome } from '../queue/driver.js';
 import type { ServiceAdapter } from '../services/adapter.js';
 import type { UpstreamClient } from '../upstream/client.js';
 import { buildChange, type FeedEvent } from './change.js';
 import { nextCursor, observedDisorder, PAGE_SIZE } from './cursor.js';
-import type { PipelineEvents } from '../core/events.js';
-import { ExpansionAborted, expandSubjects, GoneSubjects, type Expansion } from './expand.js';
-import { Limiter } from './limiter.js';
+import { ExpansionAborted, GoneSubjects, type Expansion } from './expand.js';
+import { FeedAudit } from './feed-audit.js';
 import { readFeedEvents } from './feed-page.js';
+import { Limiter } from './limiter.js';
+import { expand, feedUrl, type PageState, type PollerDeps, type Position } from './poll-context.js';
+import { RecentIds } from './recent-ids.js';
 
-export interface PollerDeps {
-  source: SourceConfig;
-  adapter: ServiceAdapter;
-  client: UpstreamClient;
-  queue: ChangeQueue;
-  /** The stored cursor and poll status (the driver's; commitPage moves the cursor). */
-  sourceState: SourceState;
-  events: PipelineEvents;
-  logger: Logger;
-  /** Pause polling while a sink has more undelivered changes than this. */
-  maxBacklog: number;
-  signal: AbortSignal;
-}
+export { feedUrl, type PollerDeps } from './poll-context.js';
 
 const AUTH_RETRY_MAX_MS = 5 * 60_000;
 const ERROR_RETRY_MAX_MS = 60_000;
@@ -41,7 +28,11 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
     unknownTypes: new Set<string>(),
     gone: new GoneSubjects(),
     subjects: new Limiter(source.subject_concurrency),
+    recent: new RecentIds(),
+    disorder: deps.adapter.maxDisorder,
+    floor: 0,
   };
+  const audit = new FeedAudit(deps, state);
   let failures = 0;
   let position: Position | undefined;
   let ahead: ReadAhead | undefined;
@@ -57,7 +48,10 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
         await sleep(source.poll_interval_ms, signal);
         continue;
       }
-      position ??= await startPosition(deps);
+      if (!position) {
+        position = await startPosition(deps, state);
+        audit.begin(position);
+      }
       const result = await pollOnce(deps, state, position, ahead);
       position = result.position;
       ahead = result.ahead;
@@ -71,7 +65,10 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
         behind: result.full,
       });
       await recordPoll(deps, { ok: true, behind: result.full, lastEventAt: result.lastEventAt });
-      if (!result.full) await sleep(source.poll_interval_ms, signal);
+      if (!result.full) {
+        await audit.runIfDue(position);
+        await sleep(source.poll_interval_ms, signal);
+      }
     } catch (err) {
       ahead?.abort();
       ahead = undefined;
@@ -123,18 +120,8 @@ function isAbort(err: unknown): boolean {
   );
 }
 
-interface Position {
-  cursor: number;
-  seenAbove: number[];
-}
-
-/** What the pages of one source share. */
-interface PageState {
-  /** Event types already warned about. */
-  unknownTypes: Set<string>;
-  gone: GoneSubjects;
-  subjects: Limiter;
-}
+/** Log lines about new unknown event types stop here (the metric counts them all, as "unknown"). */
+const MAX_LOGGED_UNKNOWN_TYPES = 20;
 
 /** A feed page read after a position, its subjects expanding. */
 interface PageRead {
@@ -181,7 +168,7 @@ async function pollOnce(
     ahead?.abort();
     page = await readPage(deps, state, position, url, deps.signal);
   }
-  const next = page.full ? readAhead(deps, state, page.next) : undefined;
+  const next = page.full ? readAhead(deps, state, page.next, page.fresh) : undefined;
   try {
     const { outcomes, notFound } = await page.expansion;
     const changes = page.fresh.map((e, i) =>
@@ -194,6 +181,7 @@ async function pollOnce(
       cursor: page.next.cursor,
       seenAbove: page.next.seenAbove,
     });
+    for (const e of page.fresh) state.recent.add(e.id);
 
     const lastEventAt = page.fresh.length
       ? Math.max(...page.fresh.map((e) => Date.parse(e.timestamp)))
@@ -201,7 +189,7 @@ async function pollOnce(
     deps.events.emit('page:committed', {
       source: source.name,
       cursor: page.next.cursor,
-      eventTypes: changes.map((c) => c.event_type),
+      eventTypes: metricEventTypes(adapter, changes),
       lastEventTimestamp: lastEventAt !== undefined ? lastEventAt / 1000 : undefined,
       enqueued,
       // 404 answers, not gone changes: several events may share one gone subject (fetched once),
@@ -216,10 +204,12 @@ async function pollOnce(
   }
 }
 
-function readAhead(deps: PollerDeps, state: PageState, position: Position): ReadAhead {
+/** `before`: the events of the page being committed meanwhile (not in `state.recent` yet). */
+function readAhead(deps: PollerDeps, state: PageState, position: Position, before: FeedEvent[]): ReadAhead {
   const controller = new AbortController();
   const url = feedUrl(deps.source, deps.adapter, position.cursor, deps.source.event_types);
-  const page = readPage(deps, state, position, url, AbortSignal.any([deps.signal, controller.signal]));
+  const signal = AbortSignal.any([deps.signal, controller.signal]);
+  const page = readPage(deps, state, position, url, signal, before);
   // Failures surface when the page is awaited; a page dropped unread must not be an unhandled rejection.
   page.then((p) => p.expansion).catch(() => undefined);
   return { url, page, abort: () => controller.abort() };
@@ -232,75 +222,138 @@ async function readPage(
   position: Position,
   url: string,
   signal: AbortSignal,
+  before: FeedEvent[] = [],
 ): Promise<PageRead> {
-  const { source, adapter, logger } = deps;
   const res = await deps.client.get(url, { kind: 'feed', signal });
   if (res.status !== 200) throw new Error(`feed ${url} answered ${res.status}: check the source's base_url`);
-  const listed = readFeedEvents(res.resource, url);
-  const ids = listed.map((e) => e.id);
+  const listed = distinctEvents(deps, readFeedEvents(res.resource, url), url);
   const full = listed.length >= PAGE_SIZE;
+  if (full) noteDisorder(deps, state, listed, url);
 
-  if (adapter.maxDisorder > 0 && full && observedDisorder(ids) > adapter.maxDisorder)
-    logger.warn(
-      { disorder: observedDisorder(ids), bound: adapter.maxDisorder },
-      'feed page strays further from id order than the cursor rule assumes',
-    );
-
-  // Already queued: at or below the cursor (a misbehaving feed) or re-listed above it (overlap).
-  const seen = new Set(position.seenAbove);
-  const fresh: FeedEvent[] = [];
-  for (const e of listed) {
-    if (seen.has(e.id)) continue;
-    if (e.id <= position.cursor) {
-      logger.warn(
-        { event_id: e.id, cursor: position.cursor, url },
-        'feed listed an event at or below the cursor; ignored (already processed)',
-      );
-      continue;
-    }
-    seen.add(e.id);
-    fresh.push(e);
-  }
-  for (const e of fresh) {
-    if (!adapter.knownEventTypes.has(e.event_type) && !state.unknownTypes.has(e.event_type)) {
-      state.unknownTypes.add(e.event_type);
-      logger.warn(
-        { event_type: e.event_type, event_id: e.id },
-        'event type not in the spec; delivering it with a best-effort split',
-      );
-      deps.events.emit('event:unknown-type', { source: source.name, eventType: e.event_type });
-    }
-  }
+  const pending = new Set(before.map((e) => e.id));
+  const known = (id: number) => state.recent.has(id) || pending.has(id);
+  const fresh = pickFresh(deps, state, position, listed, url, known);
+  noteUnknownTypes(deps, state, fresh);
 
   const next = nextCursor(
     position,
     listed.filter((e) => e.id > position.cursor).map((e) => e.id),
-    adapter.maxDisorder,
+    state.disorder,
+    full,
   );
-  const expansion = expandSubjects(fresh, {
-    expandSubject: source.expand_subject,
-    gone: state.gone,
-    client: deps.client,
-    limiter: state.subjects,
-    signal,
-    logger,
-    retry: { baseMs: 500, maxMs: 30_000 },
-  });
+  const expansion = expand(deps, state, fresh, signal);
   return { url, size: listed.length, fresh, next, full, expansion };
 }
 
-export function feedUrl(
-  source: SourceConfig,
-  adapter: ServiceAdapter,
-  newerThan: number | undefined,
-  types: string[],
-): string {
-  const params = new URLSearchParams();
-  if (newerThan !== undefined) params.set('newer_than', String(newerThan));
-  if (types.length) params.set('event_type', types.join(','));
-  for (const [k, v] of Object.entries(adapter.feedParams(source))) params.set(k, v);
-  const query = params.toString();
-  return `${source.base_url}/api/events${query ? `?${query}` : ''}`;
+/**
+ * One event per id. The same event listed twice (a page boundary moving under a busy feed) is
+ * taken once and counted; two different events under one id cannot both be delivered under their
+ * key, so the page is refused (cursor unmoved) rather than one of them dropped.
+ */
+function distinctEvents(deps: PollerDeps, listed: FeedEvent[], url: string): FeedEvent[] {
+  const byId = new Map<number, FeedEvent>();
+  const out: FeedEvent[] = [];
+  for (const e of listed) {
+    const first = byId.get(e.id);
+    if (!first) {
+      byId.set(e.id, e);
+      out.push(e);
+      continue;
+    }
+    if (!sameEvent(first, e)) {
+      throw new FeedsyncError(
+        `feed page ${url} lists event ${e.id} twice with different contents ` +
+          `(${first.event_type} at ${first.timestamp}, then ${e.event_type} at ${e.timestamp}); ` +
+          'one of them would be lost, so the page is refused and the cursor stays: report it to the service operators',
+        true,
+      );
+    }
+    deps.events.emit('feed:anomaly', { source: deps.source.name, kind: 'duplicate_id', eventId: e.id });
+    deps.logger.warn({ event_id: e.id, url }, 'feed page lists the same event twice; delivering it once');
+  }
+  return out;
+}
+
+function sameEvent(a: FeedEvent, b: FeedEvent): boolean {
+  return (
+    a.event_type === b.event_type &&
+    a.timestamp === b.timestamp &&
+    a.subject_link === b.subject_link &&
+    a.changes.join(',') === b.changes.join(',')
+  );
+}
+
+/**
+ * The events to deliver: those above the cursor not yet queued, and those at or below it that this
+ * process never committed (a feed must not list them, but one that does must not lose them): they
+ * are delivered late and counted. Below the operator's `start_from` nothing is taken.
+ */
+function pickFresh(
+  deps: PollerDeps,
+  state: PageState,
+  position: Position,
+  listed: FeedEvent[],
+  url: string,
+  known: (id: number) => boolean,
+): FeedEvent[] {
+  const queuedAbove = new Set(position.seenAbove);
+  const fresh: FeedEvent[] = [];
+  for (const e of listed) {
+    if (e.id > position.cursor) {
+      if (!queuedAbove.has(e.id)) fresh.push(e);
+      continue;
+    }
+    if (known(e.id) || e.id <= state.floor) continue;
+    deps.events.emit('feed:anomaly', { source: deps.source.name, kind: 'behind_cursor', eventId: e.id });
+    deps.logger.warn(
+      { event_id: e.id, cursor: position.cursor, url },
+      'feed listed an event at or below the cursor that was not delivered before; delivering it late',
+    );
+    fresh.push(e);
+  }
+  return fresh;
+}
+
+/**
+ * A full page further from id order than the cursor rule's D shows the rule's assumption is wrong
+ * for this feed: events before this page may have been passed over. D is raised to what was seen
+ * for the rest of the run (the rule stays sound for disorder up to the new D), and the feed audit
+ * re-reads behind the cursor to find what was passed over.
+ */
+function noteDisorder(deps: PollerDeps, state: PageState, listed: FeedEvent[], url: string): void {
+  const { disorder, eventId } = observedDisorder(listed.map((e) => e.id));
+  if (disorder <= state.disorder) return;
+  const raised = Math.min(disorder, PAGE_SIZE - 1);
+  deps.events.emit('feed:anomaly', { source: deps.source.name, kind: 'disorder', eventId });
+  deps.logger.warn(
+    { event_id: eventId, disorder, bound: state.disorder, raised_to: raised, url },
+    'feed page strays further from id order than the cursor rule assumed; bound raised for this run. ' +
+      'Events listed earlier may have been passed over: the feed audit re-reads behind the cursor and ' +
+      'delivers what it finds late (feedsync_feed_anomalies_total{kind="disorder"}); ' +
+      'if it keeps rising, ask the service operators why event ids and timestamps disagree',
+  );
+  state.disorder = raised;
+}
+
+function noteUnknownTypes(deps: PollerDeps, state: PageState, fresh: FeedEvent[]): void {
+  for (const e of fresh) {
+    if (deps.adapter.knownEventTypes.has(e.event_type) || state.unknownTypes.has(e.event_type)) continue;
+    if (state.unknownTypes.size >= MAX_LOGGED_UNKNOWN_TYPES) continue;
+    state.unknownTypes.add(e.event_type);
+    const last = state.unknownTypes.size === MAX_LOGGED_UNKNOWN_TYPES;
+    deps.logger.warn(
+      { event_type: e.event_type, event_id: e.id },
+      last
+        ? `event type not in the spec; delivering it with a best-effort split (the last such line: ${MAX_LOGGED_UNKNOWN_TYPES} unknown types seen)`
+        : 'event type not in the spec; delivering it with a best-effort split',
+    );
+    deps.events.emit('event:unknown-type', { source: deps.source.name, eventType: e.event_type });
+  }
+}
+
+/** Event types as metric labels: upstream data must not mint series, so unknown types are "unknown". */
+function metricEventTypes(adapter: ServiceAdapter, changes: { event_type: string }[]): string[] {
+  return changes.map((c) => (adapter.knownEventTypes.has(c.event_type) ? c.event_type : 'unknown'));
 }
 
 /**
@@ -310,14 +363,18 @@ export function feedUrl(
  * workflow spec leaves it open), at the cost of reading through the backlog when it answers the
  * oldest events. An empty feed starts from the beginning (0).
  */
-async function startPosition(deps: PollerDeps): Promise<{ cursor: number; seenAbove: number[] }> {
+async function startPosition(deps: PollerDeps, state: PageState): Promise<Position> {
   const { source } = deps;
   const stored = await deps.sourceState.get(source.name);
   if (stored) return { cursor: stored.eventId, seenAbove: stored.seenAbove };
-  if (typeof source.start_from === 'number') return { cursor: source.start_from, seenAbove: [] };
+  if (typeof source.start_from === 'number') {
+    state.floor = source.start_from;
+    return { cursor: source.start_from, seenAbove: [] };
+  }
   if (source.start_from === 'earliest') return { cursor: 0, seenAbove: [] };
 
   const newest = await findLatestEventId(deps.client, source.base_url, deps.signal);
+  state.floor = newest;
   // Persist it now so a restart before the first change keeps "latest" meaning start-up time.
   await deps.sourceState.save(source.name, newest, []);
   deps.logger.info({ cursor: newest }, 'start_from latest: starting after the newest event');
@@ -335,7 +392,8 @@ export async function findLatestEventId(
   for (;;) {
     const url = `${baseUrl}/api/events${newerThan === undefined ? '' : `?newer_than=${newerThan}`}`;
     const res = await client.get(url, { kind: 'feed', signal });
-    if (res.status !== 200) throw new Error(`feed ${url} answered ${res.status}: check the source's base_url`);
+    if (res.status !== 200)
+      throw new Error(`feed ${url} answered ${res.status}: check the source's base_url`);
     const ids = readFeedEvents(res.resource, url).map((e) => e.id);
     newest = Math.max(newest, ...ids);
     if (ids.length < PAGE_SIZE) return newest;

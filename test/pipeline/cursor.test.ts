@@ -108,9 +108,21 @@ describe('nextCursor', () => {
   });
 });
 
+describe('a full page that also re-lists events at or below newer_than', () => {
+  it('is still full: the cursor holds back D places instead of jumping to the largest id', () => {
+    // 50 listed: 3 at or below the cursor (10), 47 above it, listed up to 5 places off id order.
+    const above = Array.from({ length: 47 }, (_, i) => 11 + i);
+    const step = nextCursor({ cursor: 10, seenAbove: [] }, above, 5, true);
+    expect(step.cursor).toBe(above[47 - 1 - 5]);
+    expect(step.seenAbove).toEqual(above.slice(47 - 5));
+    // Before the fix the page counted as short (47 < 50) and the cursor jumped to 57.
+    expect(nextCursor({ cursor: 10, seenAbove: [] }, above, 5).cursor).toBe(57);
+  });
+});
+
 describe('observedDisorder', () => {
   it('measures the largest displacement from id order', () => {
-    expect(observedDisorder([1, 2, 3])).toBe(0);
-    expect(observedDisorder([3, 1, 2])).toBe(2);
+    expect(observedDisorder([1, 2, 3]).disorder).toBe(0);
+    expect(observedDisorder([3, 1, 2])).toEqual({ disorder: 2, eventId: 3 });
   });
 });

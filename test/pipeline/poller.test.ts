@@ -97,7 +97,13 @@ class MemoryQueue implements ChangeQueue {
 const stops: AbortController[] = [];
 afterEach(() => stops.splice(0).forEach((s) => s.abort()));
 
-function start(client: ScriptedUpstream, over: Partial<SourceConfig> = {}, maxBacklog = 1000, backlog = 0) {
+function start(
+  client: ScriptedUpstream,
+  over: Partial<SourceConfig> = {},
+  maxBacklog = 1000,
+  backlog = 0,
+  auditIntervalMs?: number,
+) {
   const cursors = new CursorStore(openStore(join(tempDir(), 'store.db')));
   const queue = new MemoryQueue(cursors);
   queue.backlog = backlog;
@@ -108,6 +114,12 @@ function start(client: ScriptedUpstream, over: Partial<SourceConfig> = {}, maxBa
   events.on('poll:finished', (e) => polls.push(e.ok));
   const unknown: string[] = [];
   events.on('event:unknown-type', (e) => unknown.push(e.eventType));
+  const anomalies: string[] = [];
+  events.on('feed:anomaly', (e) => anomalies.push(`${e.kind}:${e.eventId}`));
+  const errors: string[] = [];
+  events.on('poll:finished', (e) => {
+    if (!e.ok) errors.push(String((e.error as Error)?.message));
+  });
   const done = runPoller({
     source: source(over),
     adapter: services.workflow,
@@ -118,8 +130,9 @@ function start(client: ScriptedUpstream, over: Partial<SourceConfig> = {}, maxBa
     logger: pino({ level: 'silent' }),
     maxBacklog,
     signal: stop.signal,
+    ...(auditIntervalMs === undefined ? {} : { auditIntervalMs }),
   });
-  return { queue, cursors, polls, unknown, stop, done };
+  return { queue, cursors, polls, unknown, anomalies, errors, stop, done };
 }
 
 const job = (n: string): Resource => ({ resource_type: 'job', id: Number(n), name: `job ${n}` });
@@ -312,3 +325,119 @@ describe('read-ahead while catching up', () => {
     expect(up.log.filter((l) => l === 'read 45').length).toBeGreaterThanOrEqual(2);
   });
 });
+
+describe('no silent loss from a feed that breaks its own rules', () => {
+  const ids = (p: { queue: MemoryQueue }) => p.queue.changes.map((c) => c.event_id);
+
+  it('delivers an event listed twice on one page once, and counts it', async () => {
+    const up = new ScriptedUpstream(
+      [
+        ev(1, 'job_updated', '7'),
+        ev(2, 'job_updated', '7'),
+        ev(2, 'job_updated', '7'),
+        ev(3, 'job_updated', '7'),
+      ],
+      { [url('7')]: job('7') },
+    );
+    const p = start(up);
+    await waitFor(() => ids(p).length >= 3, 5000, 'three changes');
+    await new Promise((r) => setTimeout(r, 100));
+    expect(ids(p)).toEqual([1, 2, 3]);
+    expect(p.anomalies).toContain('duplicate_id:2');
+  });
+
+  it('refuses a page listing two different events under one id, naming both, and keeps the cursor', async () => {
+    const up = new ScriptedUpstream(
+      [ev(1, 'job_updated', '7'), ev(2, 'job_updated', '7'), ev(2, 'job_deleted', '7')],
+      { [url('7')]: job('7') },
+    );
+    const p = start(up);
+    await waitFor(() => p.errors.length >= 2, 10_000, 'failed polls');
+    expect(p.queue.commits).toHaveLength(0);
+    expect(p.cursors.get('wf')).toBeUndefined();
+    expect(p.errors[0]).toMatch(/lists event 2 twice with different contents \(job_updated .*job_deleted/);
+  });
+
+  it('delivers late an event listed behind the cursor that was never delivered, and counts it', async () => {
+    const up = new ScriptedUpstream([ev(5, 'job_updated', '7'), ev(6, 'job_updated', '7')], {
+      [url('7')]: job('7'),
+    });
+    const p = start(up);
+    await waitFor(() => ids(p).length === 2, 5000, 'first changes');
+    const lying = [
+      ev(3, 'job_updated', '7'),
+      ev(5, 'job_updated', '7'),
+      ev(6, 'job_updated', '7'),
+      ev(7, 'job_updated', '7'),
+    ];
+    up.get = async (u: string, o) =>
+      o.kind === 'feed'
+        ? { status: 200, url: u, resource: { resource_type: 'events', entries: lying } }
+        : ScriptedUpstream.prototype.get.call(up, u, o);
+    await waitFor(() => ids(p).length === 4, 5000, 'late and new changes');
+    await new Promise((r) => setTimeout(r, 100));
+    // 5 and 6 were delivered by this process: a re-listing, skipped; 3 never was.
+    expect(ids(p)).toEqual([5, 6, 3, 7]);
+    expect(p.anomalies).toEqual(['behind_cursor:3']);
+  });
+
+  it('raises the cursor rule bound when a full page shows more disorder, losing nothing', async () => {
+    // Listed in reversed blocks of 11: up to 10 places from id order, twice the workflow bound.
+    const listing: Resource[] = [];
+    for (let b = 0; b < 20; b++)
+      for (let i = 10; i >= 0; i--) listing.push(ev(b * 11 + i + 1, 'job_updated', String((b * 11 + i) % 9)));
+    const subjects = Object.fromEntries(
+      Array.from({ length: 9 }, (_, n) => [url(String(n)), job(String(n))]),
+    );
+    const p = start(new ScriptedUpstream(listing, subjects));
+    await waitFor(() => ids(p).length >= 220, 10_000, 'all changes');
+    await new Promise((r) => setTimeout(r, 100));
+    expect([...ids(p)].sort((a, b) => a - b)).toEqual(Array.from({ length: 220 }, (_, i) => i + 1));
+    expect(p.anomalies.some((a) => a.startsWith('disorder:'))).toBe(true);
+  });
+
+  it('finds an event the cursor rule passed over by re-reading behind the cursor, and delivers it late', async () => {
+    // Event 30 is listed after 58: no page read after newer_than=0 shows it, and the first page
+    // (8..29, 31..58, in id order: nothing on it looks wrong) moves the cursor past it.
+    const order = [...range(8, 29), ...range(31, 58), 30, 59, 60];
+    const up = new ScriptedUpstream(
+      order.map((id) => ev(id, 'job_updated', '7')),
+      { [url('7')]: job('7') },
+    );
+    const p = start(up, {}, 1000, 0, 50);
+    await waitFor(() => ids(p).includes(30), 10_000, 'the passed-over event');
+    await new Promise((r) => setTimeout(r, 200));
+    expect([...ids(p)].sort((a, b) => a - b)).toEqual(range(8, 60));
+    expect(p.anomalies).toEqual(['disorder:30']);
+  });
+
+  it('fails the page, naming the event, when a subject is forbidden (403), instead of retrying it forever', async () => {
+    const up = new ScriptedUpstream([ev(1, 'job_updated', '7')], { [url('7')]: job('7') });
+    let forbidden = true;
+    up.get = async (u: string, o) => {
+      if (o.kind === 'subject' && forbidden) throw new UpstreamHttpError(u, 403, 'client error');
+      return ScriptedUpstream.prototype.get.call(up, u, o);
+    };
+    const p = start(up);
+    await waitFor(() => p.errors.length >= 2, 10_000, 'failed polls');
+    expect(p.queue.commits).toHaveLength(0);
+    expect(p.errors[0]).toContain('subject of event 1 (job_updated): HTTP 403');
+    forbidden = false;
+    await waitFor(() => ids(p).length === 1, 10_000, 'delivered once allowed');
+  });
+
+  it('counts event types the specs do not list under one metric label', async () => {
+    const up = new ScriptedUpstream(
+      Array.from({ length: 30 }, (_, i) => ev(i + 1, `made_up_${i}`, '7')),
+      { [url('7')]: job('7') },
+    );
+    const p = start(up);
+    await waitFor(() => ids(p).length === 30, 5000, 'all changes');
+    // Log lines and events stop at 20 new types; every event is still delivered.
+    expect(p.unknown).toHaveLength(20);
+  });
+});
+
+function range(from: number, to: number): number[] {
+  return Array.from({ length: to - from + 1 }, (_, i) => from + i);
+}

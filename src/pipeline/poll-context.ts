@@ -1,0 +1,75 @@
+// What one source's poller and its feed audit share: their dependencies, the position in the feed,
+// the state kept across pages, and the two requests both make (a feed page, a page's subjects).
+import type { Logger } from 'pino';
+import type { SourceConfig } from '../config/types.js';
+import type { PipelineEvents } from '../core/events.js';
+import type { SourceState } from '../queue/driver.js';
+import type { ChangeQueue } from '../queue/queue.js';
+import type { ServiceAdapter } from '../services/adapter.js';
+import type { UpstreamClient } from '../upstream/client.js';
+import type { FeedEvent } from './change.js';
+import { expandSubjects, type GoneSubjects } from './expand.js';
+import type { Limiter } from './limiter.js';
+import type { RecentIds } from './recent-ids.js';
+
+export interface PollerDeps {
+  source: SourceConfig;
+  adapter: ServiceAdapter;
+  client: UpstreamClient;
+  queue: ChangeQueue;
+  /** The stored cursor and poll status (the driver's; commitPage moves the cursor). */
+  sourceState: SourceState;
+  events: PipelineEvents;
+  logger: Logger;
+  /** Pause polling while a sink has more undelivered changes than this. */
+  maxBacklog: number;
+  signal: AbortSignal;
+  /** How often the feed audit may run (default 60 s; tests shorten it). */
+  auditIntervalMs?: number;
+}
+
+export interface Position {
+  cursor: number;
+  seenAbove: number[];
+}
+
+/** What the pages of one source share. */
+export interface PageState {
+  /** Event types already warned about (at most MAX_LOGGED_UNKNOWN_TYPES). */
+  unknownTypes: Set<string>;
+  gone: GoneSubjects;
+  subjects: Limiter;
+  /** Ids this process committed: a re-listed one is skipped, an unknown one behind the cursor delivered. */
+  recent: RecentIds;
+  /** The cursor rule's D: the service's bound, raised to the largest disorder a full page showed. */
+  disorder: number;
+  /** Events at or below it were excluded by the operator (`start_from`), not missed. */
+  floor: number;
+}
+
+/** Starts the expansion of `events`' subjects within the source's subject budget. */
+export function expand(deps: PollerDeps, state: PageState, events: FeedEvent[], signal: AbortSignal) {
+  return expandSubjects(events, {
+    expandSubject: deps.source.expand_subject,
+    gone: state.gone,
+    client: deps.client,
+    limiter: state.subjects,
+    signal,
+    logger: deps.logger,
+    retry: { baseMs: 500, maxMs: 30_000 },
+  });
+}
+
+export function feedUrl(
+  source: SourceConfig,
+  adapter: ServiceAdapter,
+  newerThan: number | undefined,
+  types: string[],
+): string {
+  const params = new URLSearchParams();
+  if (newerThan !== undefined) params.set('newer_than', String(newerThan));
+  if (types.length) params.set('event_type', types.join(','));
+  for (const [k, v] of Object.entries(adapter.feedParams(source))) params.set(k, v);
+  const query = params.toString();
+  return `${source.base_url}/api/events${query ? `?${query}` : ''}`;
+}
