@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The suite talks to a real redis-server, checks metrics with promtool (Debian's prometheus
-# package), and reads the sandbox with clients other people wrote: curl (--digest) and Python's
-# requests (Debian's python3-requests). Install whichever is missing when we may (root, apt
+# package), reads the sandbox with clients other people wrote: curl (--digest) and Python's
+# requests (Debian's python3-requests), goes through a real forward proxy (tinyproxy) and makes a
+# private PKI with the openssl CLI. Install whichever is missing when we may (root, apt
 # available); otherwise say what to do.
 set -euo pipefail
 missing=()
@@ -9,6 +10,8 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 python3 -c 'import requests' >/dev/null 2>&1 || missing+=(python3-requests)
+command -v tinyproxy >/dev/null 2>&1 || missing+=(tinyproxy)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing test dependencies: ${missing[*]}" >&2

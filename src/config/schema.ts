@@ -84,7 +84,11 @@ const sourceSchema = z.strictObject({
   subject_concurrency: atLeastOne.default(8),
   compression: z.boolean().default(true),
   // A feed page holds at most 50 events; 8 MiB is ~100× a page of expanded subjects.
-  max_body_bytes: z.number().int().min(65536).default(8 * 1024 * 1024),
+  max_body_bytes: z
+    .number()
+    .int()
+    .min(65536)
+    .default(8 * 1024 * 1024),
   allowed_origins: z.array(origin).default([]),
   proxy: proxyUrl.optional(),
   ca_file: nonEmpty.optional(),
@@ -147,6 +151,16 @@ export const configSchema = z
           code: 'custom',
           path: ['sources', i, source.cert_file === undefined ? 'cert_file' : 'key_file'],
           message: 'cert_file and key_file go together (a client certificate needs its key)',
+        });
+      }
+      if (source.base_url.startsWith('https:')) {
+        source.allowed_origins.forEach((allowed, j) => {
+          if (!allowed.startsWith('http:')) return;
+          ctx.addIssue({
+            code: 'custom',
+            path: ['sources', i, 'allowed_origins', j],
+            message: `${allowed} is http but base_url is https (never downgrade from https to http)`,
+          });
         });
       }
     });

@@ -64,7 +64,7 @@ export interface QueueConfig {
   retain_completed_count: number;
   /** bullmq: per-subject order shards per sink (global concurrency 1 each). */
   shards: number;
-  /** bullmq: how long a poller's lease on a source lasts unrenewed; a standby takes over after it. */
+  /** How long a lease lasts unrenewed (bullmq: a poller's on a source; local: a `run`'s on the store); a standby takes over after it. */
   lease_ttl_ms: number;
   /** bullmq: let `poll` start on a Redis that neither snapshots nor appends (cursors live there). */
   allow_volatile_redis: boolean;

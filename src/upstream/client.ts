@@ -1,18 +1,24 @@
 // The upstream HTTP client: keep-alive pools, pre-emptive Digest auth (one round trip in the
 // steady state), retries with full-jitter backoff, and decoding into normalized resources.
+// Credentials are bound to their origin: a link is fetched only on base_url's origin or one of the
+// source's allowed_origins, never downgraded from https to http; anything else is refused before a
+// socket is opened or an Authorization computed (another origin would choose the realm and nonce
+// and receive a valid Digest response: an offline password-guessing oracle).
 import type { Logger } from 'pino';
-import { Pool } from './undici-dispatchers.js';
 import { backoffDelay, parseRetryAfter, sleep } from '../backoff.js';
+import type { SourceConfig } from '../config/types.js';
 import {
   DecodeError,
   FeedsyncError,
   UpstreamAuthError,
   UpstreamHttpError,
+  UpstreamRefusedError,
   UpstreamTransportError,
   errorMessage,
   isRetryableStatus,
 } from '../core/errors.js';
 import type { PipelineEvents } from '../core/events.js';
+import { createConnections, type Route } from './connections.js';
 import { decodeBody, type LinkRelMapper } from './decode.js';
 import { DigestChallengeError, DigestSession, parseDigestChallenge } from './digest.js';
 import type { Representation } from '../core/resource.js';
@@ -38,6 +44,44 @@ export interface UpstreamClientOptions {
   linkRel?: LinkRelMapper;
   /** Ask for gzip/deflate/br answers and decode them (default true). */
   compression?: boolean;
+  /**
+   * The source's base_url: its origin is where the credentials go, its scheme the floor (an https
+   * base_url never lets a link go to http). Absent (tests, tools): the first URL requested binds
+   * the client the same way.
+   */
+  baseUrl?: string;
+  /** Origins (`scheme://host:port`) besides base_url's that links may point to; credentials go there too. */
+  allowedOrigins?: readonly string[];
+  /** Largest response body accepted, on the wire and decoded (absent: transport's default, 8 MiB). */
+  maxBodyBytes?: number;
+  /** Forward proxy (http(s) URL, may carry user:password). Absent: HTTPS_PROXY / HTTP_PROXY / NO_PROXY. */
+  proxy?: string;
+  /** PEM CA bundle that replaces the default trust store for this source's upstream TLS. */
+  caFile?: string;
+  /** PEM client certificate and key (mTLS); both or neither. */
+  certFile?: string;
+  keyFile?: string;
+}
+
+/** The options every client of a configured source gets from its config. */
+export function sourceClientOptions(
+  source: SourceConfig,
+): Omit<UpstreamClientOptions, 'retry' | 'connections' | 'events' | 'logger' | 'linkRel'> {
+  return {
+    source: source.name,
+    username: source.username,
+    password: source.password,
+    format: source.format,
+    timeoutMs: source.timeout_ms,
+    compression: source.compression,
+    baseUrl: source.base_url,
+    allowedOrigins: source.allowed_origins,
+    maxBodyBytes: source.max_body_bytes,
+    proxy: source.proxy,
+    caFile: source.ca_file,
+    certFile: source.cert_file,
+    keyFile: source.key_file,
+  };
 }
 
 /** 404 and 410 both say the resource is gone (RFC 9110 §15.5.11: 410 is 404 made permanent). */
@@ -56,7 +100,8 @@ const ACCEPT = { json: 'application/json', xml: 'application/xml' } as const;
 const MAX_AUTH_ROUNDS = 3;
 
 interface Origin {
-  pool: Pool;
+  /** Direct or through a proxy; see connections.ts. */
+  route: Route;
   digest: DigestSession;
 }
 
@@ -74,21 +119,51 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
     maxMs: opts.retry?.maxMs ?? 30_000,
     retryAfterCapMs: opts.retry?.retryAfterCapMs ?? 60_000,
   };
+  // Bounded: base_url's origin and the allowed ones are the only keys `target` lets through.
   const origins = new Map<string, Origin>();
   const counters = { requests: 0, unauthorized: 0 };
   let closed = false;
+  const connections = createConnections({
+    source: opts.source,
+    connections: opts.connections ?? 16,
+    timeoutMs: opts.timeoutMs,
+    proxy: opts.proxy,
+    caFile: opts.caFile,
+    certFile: opts.certFile,
+    keyFile: opts.keyFile,
+  });
+  let home = opts.baseUrl !== undefined ? homeOf(opts.baseUrl, opts.source) : undefined;
+  const allowed = new Set((opts.allowedOrigins ?? []).map((o) => originOf(o, opts.source)));
+
+  /** The URL as a Target, or UpstreamRefusedError when it may not be fetched with our credentials. */
+  function target(url: string): Target {
+    const t = parseTarget(url);
+    home ??= { origin: t.origin, https: t.origin.startsWith('https:'), display: t.origin };
+    if (home.https && !t.origin.startsWith('https:')) {
+      throw new UpstreamRefusedError(
+        t.display,
+        'insecure_link',
+        `the link is http but base_url ${home.display} is https; ` +
+          'feedsync never downgrades from https to http',
+      );
+    }
+    if (t.origin !== home.origin && !allowed.has(t.origin)) {
+      throw new UpstreamRefusedError(
+        t.display,
+        'foreign_origin',
+        `${t.origin} is neither base_url's origin (${home.origin}) nor one of the allowed_origins ` +
+          `of source ${opts.source}; ` +
+          `if it is trusted with the source's credentials, add "${t.origin}" to sources[].allowed_origins`,
+      );
+    }
+    return t;
+  }
 
   function originFor(origin: string): Origin {
     let o = origins.get(origin);
     if (!o) {
       o = {
-        pool: new Pool(origin, {
-          connections: opts.connections ?? 16,
-          keepAliveTimeout: 30_000,
-          // Backstops; the per-request AbortSignal deadline is what normally fires.
-          headersTimeout: opts.timeoutMs,
-          bodyTimeout: opts.timeoutMs,
-        }),
+        route: connections.route(origin),
         digest: new DigestSession({ username: opts.username, password: opts.password }),
       };
       origins.set(origin, o);
@@ -112,7 +187,9 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
     if (authorization) headers.authorization = authorization;
     counters.requests += 1;
     try {
-      const res = await send(o.pool, t.display, {
+      // Ready at once unless a proxy class is still loading (a proxied origin's first requests).
+      const dispatcher = o.route.dispatcher ?? (await o.route.ready!);
+      const res = await send(dispatcher, t.display, {
         path: t.path,
         headers,
         timeoutMs: opts.timeoutMs,
@@ -120,13 +197,15 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
         // Only successes are decoded; error bodies are drained so the socket can be reused.
         readBody: (status) => status >= 200 && status < 300,
         compression: opts.compression ?? true,
+        maxBodyBytes: opts.maxBodyBytes,
       });
       if (res.status === 401) counters.unauthorized += 1;
       emit(kind, String(res.status));
       return res;
     } catch (err) {
-      if (err instanceof UpstreamTransportError) emit(kind, err.code);
-      throw err;
+      if (!(err instanceof UpstreamTransportError)) throw err;
+      emit(kind, err.code);
+      throw o.route.via ? viaProxy(err, o.route.via) : err;
     }
   }
 
@@ -183,6 +262,13 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
     const res = await authenticatedGet(t, kind, signal);
     if (res.status === 404 || res.status === 410) return { status: res.status, url: t.display };
     if (res.status >= 200 && res.status < 300) {
+      if (res.invalidUtf8) {
+        opts.events?.emit('upstream:invalid-utf8', { source: opts.source, url: t.display });
+        opts.logger?.warn(
+          { source: opts.source, kind, url: t.display },
+          'response is not valid UTF-8; invalid bytes replaced by U+FFFD',
+        );
+      }
       const contentType = headerValue(res.headers['content-type']);
       const resource = decodeBody(res.body, contentType, t.display, opts.format, { linkRel: opts.linkRel });
       return { status: 200, url: t.display, resource };
@@ -194,6 +280,14 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
     throw new UpstreamHttpError(t.display, res.status, statusDetail(res.status), retryAfterMs);
   }
 
+  /** Reports a refusal (the client's own, send()'s or the decoder's): the one place that does. */
+  function reported(err: unknown): unknown {
+    if (err instanceof UpstreamRefusedError) {
+      opts.events?.emit('upstream:refused', { source: opts.source, reason: err.reason, url: err.url });
+    }
+    return err;
+  }
+
   return {
     async get(url, { kind, signal }) {
       if (closed)
@@ -201,14 +295,20 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
           `upstream client of source ${opts.source} is closed (GET ${stripUserinfoText(url)})`,
           false,
         );
-      const t = target(url);
+      let t: Target;
+      try {
+        t = target(url);
+      } catch (err) {
+        throw reported(err);
+      }
       let lastError: unknown;
       for (let i = 0; i < retry.attempts; i++) {
         try {
           return await attempt(t, kind, signal);
         } catch (err) {
           if (signal?.aborted) throw abortReason(signal);
-          if (!isRetryable(err)) throw err;
+          // Refusals are never retried here: they would be refused again.
+          if (!isRetryable(err)) throw reported(err);
           lastError = err;
         }
         if (i === retry.attempts - 1) break;
@@ -236,12 +336,8 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
     async close() {
       if (closed) return;
       closed = true;
-      const pools = [...origins.values()].map((o) => o.pool);
       origins.clear();
-      // Every pool is closed even when one fails; the first failure is reported afterwards.
-      const results = await Promise.allSettled(pools.map((p) => p.close()));
-      const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-      if (failed) throw failed.reason;
+      await connections.close();
     },
   };
 }
@@ -255,7 +351,8 @@ function isStale(header: string | string[] | undefined): boolean {
 }
 
 function isRetryable(err: unknown): boolean {
-  if (err instanceof UpstreamAuthError) return false;
+  // Refused links and bodies would be refused again: the poller fails the page instead.
+  if (err instanceof UpstreamAuthError || err instanceof UpstreamRefusedError) return false;
   return (
     err instanceof UpstreamTransportError ||
     err instanceof DecodeError ||
@@ -263,21 +360,62 @@ function isRetryable(err: unknown): boolean {
   );
 }
 
-function target(url: string): Target {
+/** `scheme://host:port` as URL.origin writes it (the config already normalizes them). */
+function originOf(allowed: string, source: string): string {
+  try {
+    return new URL(allowed).origin;
+  } catch {
+    throw new FeedsyncError(
+      `allowed_origins of source ${source}: ${JSON.stringify(allowed)} is not a URL`,
+      false,
+    );
+  }
+}
+
+/** What a link may be compared with: base_url's origin and whether it is https. */
+function homeOf(baseUrl: string, source: string): { origin: string; https: boolean; display: string } {
+  let url: URL;
+  try {
+    url = new URL(baseUrl);
+  } catch {
+    throw new FeedsyncError(`base_url of source ${source} is not a URL`, false);
+  }
+  return { origin: url.origin, https: url.protocol === 'https:', display: url.origin };
+}
+
+function parseTarget(url: string): Target {
   let parsed: URL;
   try {
     parsed = new URL(url);
   } catch {
-    throw new FeedsyncError(`invalid upstream URL ${JSON.stringify(stripUserinfoText(url))}`, false);
+    const text = JSON.stringify(shorten(stripUserinfoText(url)));
+    throw new UpstreamRefusedError(text, 'unusable_link', 'the link is not a URL');
   }
   // URLs here carry no credentials, but if one did it must not reach an error or a log.
   parsed.username = '';
   parsed.password = '';
   parsed.hash = '';
   if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
-    throw new FeedsyncError(`unsupported protocol in upstream URL ${parsed.href}`, false);
+    throw new UpstreamRefusedError(
+      shorten(parsed.href),
+      'unusable_link',
+      `only http and https links can be fetched, not ${parsed.protocol}`,
+    );
   }
   return { display: parsed.href, origin: parsed.origin, path: `${parsed.pathname}${parsed.search}` };
+}
+
+/** A link from upstream may be huge: errors, logs and events show its start. */
+function shorten(text: string): string {
+  return text.length > 300 ? `${text.slice(0, 300)}…` : text;
+}
+
+/** The transport error, saying which proxy the request went through. */
+function viaProxy(err: UpstreamTransportError, via: string): UpstreamTransportError {
+  const prefix = ` on GET ${err.url}: `;
+  const at = err.message.indexOf(prefix);
+  const detail = at < 0 ? err.message : err.message.slice(at + prefix.length);
+  return new UpstreamTransportError(err.url, err.code, `${detail}${via}`);
 }
 
 function stripUserinfoText(url: string): string {

@@ -44,6 +44,8 @@ describe('defaults', () => {
       timeout_ms: 30000,
       subject_concurrency: 8,
       compression: true,
+      max_body_bytes: 8 * 1024 * 1024,
+      allowed_origins: [],
     });
     const noFilter = { sources: [], services: [], event_types: [], resource_types: [] };
     expect(config.sinks).toEqual([
