@@ -14,7 +14,7 @@ import type { QueueAdmin, SinkRuntime } from './queue/queue.js';
 import { Releasers } from './releasers.js';
 import { services } from './services/index.js';
 import { openSink } from './sinks/registry.js';
-import { createUpstreamClient, type UpstreamClient } from './upstream/client.js';
+import { createUpstreamClient, sourceClientOptions, type UpstreamClient } from './upstream/client.js';
 
 export type DaemonMode = 'run' | 'poll' | 'work';
 
@@ -34,6 +34,8 @@ export interface Daemon {
   admin: QueueAdmin;
   /** Graceful: stop polling, finish or hand back in-flight work, persist, close. Idempotent. */
   stop(): Promise<void>;
+  /** Resolves with the reason if the daemon must stop on its own (it lost what it owned); the caller stops it and exits non-zero. */
+  failed: Promise<Error>;
 }
 
 export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
@@ -107,10 +109,22 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       'feedsync started',
     );
     let stopped: Promise<void> | undefined;
+    const failed = new Promise<Error>((resolve) => {
+      const fatal = driver.fatal;
+      if (!fatal) return;
+      const report = () => {
+        const reason = fatal.reason instanceof Error ? fatal.reason : new Error(String(fatal.reason));
+        logger.error({ err: reason.message }, 'stopping: this process no longer owns the store');
+        resolve(reason);
+      };
+      if (fatal.aborted) report();
+      else fatal.addEventListener('abort', report, { once: true });
+    });
     return {
       events,
       metricsPort: server.port,
       admin,
+      failed,
       stop: () =>
         (stopped ??= release.close().then((errors) => {
           for (const e of errors) logger.error({ err: e.message }, 'error while stopping');
@@ -162,16 +176,11 @@ function startPollers(
     const adapter = services[source.service];
     const log = logger.child({ source: source.name });
     const client: UpstreamClient = createUpstreamClient({
-      source: source.name,
-      username: source.username,
-      password: source.password,
-      format: source.format,
-      timeoutMs: source.timeout_ms,
+      ...sourceClientOptions(source),
       connections: Math.max(2, source.subject_concurrency + 1),
       events,
       logger: log,
       linkRel: adapter.linkRel,
-      compression: source.compression,
     });
     release.add(`client ${source.name}`, () => client.close());
     const acquire = (signal: AbortSignal): Promise<HeldLock | undefined> =>

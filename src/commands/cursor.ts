@@ -2,7 +2,7 @@ import type { FeedsyncConfig, SourceConfig } from '../config/types.js';
 import { ConfigError } from '../core/errors.js';
 import { findLatestEventId } from '../pipeline/poller.js';
 import { services } from '../services/index.js';
-import { createUpstreamClient, type UpstreamClient } from '../upstream/client.js';
+import { createUpstreamClient, sourceClientOptions, type UpstreamClient } from '../upstream/client.js';
 import { openOps } from './admin.js';
 import { CommandError, InterruptedError } from './errors.js';
 import { untilInterrupted } from './interrupt.js';
@@ -37,22 +37,33 @@ export async function cursorCommand(
         '',
         `unknown source "${args.source}" (configured: ${config.sources.map((s) => s.name).join(', ')})`,
       );
-    const holder = await ops.leases.holder(source.name);
-    if (holder)
-      throw new CommandError(
-        `refusing to move the cursor of "${source.name}": a poller holds it (${holder}); stop it first`,
-      );
-    let target: number;
+    let target: number | undefined;
     if (action === 'set') {
       if (!args.id || !/^\d+$/.test(args.id))
         throw new ConfigError('', `cursor set needs a non-negative integer event id, got "${args.id}"`);
       target = Number(args.id);
     } else if (args.to === 'earliest') target = 0;
-    else if (args.to === 'latest') target = await latestEventId(source, progressOn());
-    else throw new ConfigError('', `cursor reset needs --to latest or --to earliest, got "${args.to}"`);
-    const before = (await ops.sourceState.get(source.name))?.eventId;
-    await ops.sourceState.save(source.name, target, []);
-    out(`${source.name}: cursor ${before ?? '(none)'} → ${target}`);
+    else if (args.to !== 'latest')
+      throw new ConfigError('', `cursor reset needs --to latest or --to earliest, got "${args.to}"`);
+    // Held from before the feed is read until the write: a poller that starts meanwhile waits, and
+    // one that took the source anyway (this command paused past the lease) makes the write fail.
+    const held = await ops.leases.hold(source.name);
+    if ('holder' in held)
+      throw new CommandError(
+        `refusing to move the cursor of "${source.name}": a poller holds it (${held.holder}); stop it first`,
+      );
+    try {
+      target ??= await latestEventId(source, progressOn());
+      if (held.lost.aborted)
+        throw new CommandError(
+          `the cursor of "${source.name}" was not changed: this command lost its hold on the source (paused, or the store/redis unreachable, longer than the lease)`,
+        );
+      const before = (await ops.sourceState.get(source.name))?.eventId;
+      await held.save(target, []);
+      out(`${source.name}: cursor ${before ?? '(none)'} → ${target}`);
+    } finally {
+      await held.release();
+    }
   } finally {
     await ops.close();
   }
@@ -64,11 +75,7 @@ export async function cursorCommand(
  */
 async function latestEventId(source: SourceConfig, progress: Progress): Promise<number> {
   const client = createUpstreamClient({
-    source: source.name,
-    username: source.username,
-    password: source.password,
-    format: source.format,
-    timeoutMs: source.timeout_ms,
+    ...sourceClientOptions(source),
     linkRel: services[source.service].linkRel,
   });
   let pages = 0;

@@ -21,7 +21,12 @@ export async function daemonCommand(mode: DaemonMode, opts: GlobalOptions): Prom
       ),
     logger,
   );
-  await starting;
+  const daemon = await starting;
+  // Another process owns what this one wrote (it was frozen past its lease): stop writing, exit 1.
+  void daemon.failed.then(async () => {
+    process.exitCode = 1;
+    await withDeadline(daemon.stop(), budget).catch(() => process.exit(1));
+  });
   // Node writes the compile cache at exit; a daemon that is killed rather than stopped would never
   // write it. Everything start-up needs is loaded by now.
   flushCompileCache();

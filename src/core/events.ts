@@ -46,6 +46,11 @@ export interface PipelineEventMap {
   'upstream:invalid-utf8': { source: string; url: string };
   /** The feed broke a rule the cursor relies on; what feedsync did about it is in `kind`. */
   'feed:anomaly': { source: string; kind: FeedAnomalyKind; eventId: number };
+  /**
+   * Deliveries that finished after this process lost its lease (frozen past it while another took
+   * over): the sink got them, the new owner delivers them again. The only copies a freeze causes.
+   */
+  'delivery:after-lease-loss': { sink: string; changes: number };
   /** An event type the specs do not list; emitted once per type and source. */
   'event:unknown-type': { source: string; eventType: string };
   /** A delivery attempt to a sink finished. */

@@ -154,6 +154,12 @@ export function createMetrics(opts: MetricsOptions): Metrics {
     labelNames: ['sink', 'outcome'] as const,
     registers,
   });
+  const afterLeaseLoss = new Counter({
+    name: 'feedsync_deliveries_after_lease_loss_total',
+    help: 'Changes a sink received from a delivery that finished after this process lost its lease (the new owner delivers them again).',
+    labelNames: ['sink'] as const,
+    registers,
+  });
   const deliveryDuration = new Histogram({
     name: 'feedsync_delivery_duration_seconds',
     help: 'Duration of one delivery attempt to a sink.',
@@ -210,6 +216,7 @@ export function createMetrics(opts: MetricsOptions): Metrics {
   for (const sink of opts.sinks) {
     for (const outcome of DELIVERY_OUTCOMES) deliveriesTotal.inc({ sink, outcome }, 0);
     deliveryDuration.zero({ sink });
+    afterLeaseLoss.inc({ sink }, 0);
     endToEnd.zero({ sink });
     if (counts) {
       for (const state of QUEUE_STATES) queueJobs.set({ sink, state }, 0);
@@ -222,6 +229,7 @@ export function createMetrics(opts: MetricsOptions): Metrics {
     events.on('http:response', (e) => {
       httpRequests.inc({ source: e.source, kind: e.kind, code: e.code });
     }),
+    events.on('delivery:after-lease-loss', (e) => afterLeaseLoss.inc({ sink: e.sink }, e.changes)),
     events.on('upstream:refused', (e) => refusals.inc({ source: e.source, reason: e.reason })),
     events.on('upstream:invalid-utf8', (e) => invalidUtf8.inc({ source: e.source })),
     events.on('feed:anomaly', (e) => anomalies.inc({ source: e.source, kind: e.kind })),

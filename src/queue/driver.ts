@@ -5,10 +5,16 @@ import type { Logger } from 'pino';
 import type { FeedsyncConfig } from '../config/types.js';
 import type { PipelineEvents } from '../core/events.js';
 import type { SourceStatus, StoredCursor } from '../store/cursors.js';
-import type { HeldLock } from '../store/source-lock.js';
+
 import type { ChangeQueue, DeliveryRunner, QueueAdmin, SinkRuntime } from './queue.js';
 
-export type { HeldLock, SourceStatus, StoredCursor };
+export type { SourceStatus, StoredCursor };
+
+export interface HeldLock {
+  /** Aborted when the lease could not be renewed (another process took it). */
+  lost: AbortSignal;
+  release(): Promise<void>;
+}
 
 /** What a process does: `ops` is the status / cursor / dlq commands, from outside the daemon. */
 export type DriverMode = 'run' | 'poll' | 'work' | 'ops';
@@ -40,6 +46,18 @@ export interface SourceLeases {
   ): Promise<HeldLock | undefined>;
   /** The live holder, for `cursor set/reset` refusals and `status`. */
   holder(source: string): Promise<string | undefined>;
+  /**
+   * Takes the source for an operator command (`cursor set/reset`) at once, or returns its live
+   * holder. Saving through the returned hold is fenced by it: a poller that took the source
+   * meanwhile (the hold lost) makes the save fail instead of being overwritten.
+   */
+  hold(source: string): Promise<HeldSource | { holder: string }>;
+}
+
+/** A source held by an operator command. */
+export interface HeldSource extends HeldLock {
+  /** Writes the cursor, refused inside the write unless the hold is still this command's. */
+  save(eventId: number, seenAbove: number[]): Promise<void>;
 }
 
 /** What one process needs from a queue driver; each driver's index.ts exports one factory. */
@@ -54,6 +72,8 @@ export interface QueueDriver {
   delivery?: DeliveryRunner;
   /** Counts and dead letters (status, dlq, metrics). */
   admin: QueueAdmin;
+  /** Aborted (reason: the error) when this process must stop: it no longer owns what it writes. */
+  fatal?: AbortSignal;
   /** Readiness checks by name (store open, redis ping…). */
   checks: Record<string, () => boolean | Promise<boolean>>;
   /** Idempotent; releases everything the factory acquired (delivery is stopped by its owner first). */

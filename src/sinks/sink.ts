@@ -12,17 +12,35 @@ export { NeverError, RetryLaterError } from '../core/errors.js';
  * must not apply a change twice de-duplicates by `change.key`.
  */
 export interface Sink {
-  deliver(change: Change): Promise<void>;
+  deliver(change: Change, context?: DeliveryContext): Promise<void>;
   /**
    * Optional: accept several changes in one call (one write, one fsync, one transaction). The
    * embedded queue then counts a batch as one delivery in flight. A batch never holds two changes
    * of the same subject, and it succeeds or fails as a whole: after a failure every change of it
    * is retried, so a sink that applied part of it must de-duplicate by key (the built-in ones do).
    */
-  deliverBatch?(changes: Change[]): Promise<void>;
+  deliverBatch?(changes: Change[], context?: DeliveryContext): Promise<void>;
   close(): Promise<void>;
   /** Optional: false when the sink cannot currently accept deliveries. */
   healthy?(): Promise<boolean>;
+}
+
+/**
+ * Who is delivering: the lease the delivering process holds over these changes. Tokens grow with
+ * every takeover within one scope, so a sink that can compare and store them (a database in one
+ * transaction with the change) refuses a change whose token is lower than one it already applied
+ * for that scope: the delivery of a process that was frozen past its lease while another took over.
+ */
+export interface DeliveryFence {
+  /** What the lease covers (`store:<path>` for the local queue). */
+  scope: string;
+  token: number;
+  /** Whether the lease is still held by the monotonic clock (false: finish nothing new). */
+  valid(): boolean;
+}
+
+export interface DeliveryContext {
+  fence?: DeliveryFence;
 }
 
 export interface SinkContext {

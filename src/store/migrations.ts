@@ -80,4 +80,17 @@ export const migrations: { version: number; name: string; sql: string }[] = [
       rows  TEXT NOT NULL
     );`,
   },
+  {
+    version: 5,
+    name: 'one owner per store',
+    // The local queue's rows belong to one process: the store lease (src/store/store-lease.ts)
+    // replaces the per-source locks, which left the delivery loops and the logged pages unguarded.
+    sql: `DROP TABLE source_locks;
+      CREATE TABLE store_lease (
+        id           INTEGER PRIMARY KEY CHECK (id = 1),
+        owner        TEXT NOT NULL,
+        token        INTEGER NOT NULL,
+        heartbeat_at INTEGER NOT NULL
+      );`,
+  },
 ];

@@ -1,9 +1,9 @@
-// Two `feedsync run` processes on one store: the second waits for the first one's source locks
-// (and says so), and once the first is killed with -9 it takes over when the lease expires
-// (LOCK_TTL_MS, 15 s) — new upstream events then reach the sink through the second process.
+// Two `feedsync run` processes on one store: the second waits for the first one's store lease
+// (and says so, per source), and once the first is killed with -9 it takes over when the lease
+// expires (15 s) — new upstream events then reach the sink through the second process.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
-import { LOCK_TTL_MS } from '../../src/store/source-lock.js';
+import { STORE_LEASE_TTL_MS as LOCK_TTL_MS } from '../../src/store/store-lease.js';
 import { tempDir } from '../support/harness.js';
 import { killAllCli } from '../support/process.js';
 import { SEED, sandboxKeys, SERVICES, startRun, waitForAllKeys, writeRunConfig } from './support.js';

@@ -42,7 +42,12 @@ export interface RunFiles {
 export function writeRunConfig(
   sandbox: Sandbox,
   dir: string,
-  opts: { source?: SourceOverrides; shutdownTimeoutMs?: number; concurrency?: number } = {},
+  opts: {
+    source?: SourceOverrides;
+    shutdownTimeoutMs?: number;
+    concurrency?: number;
+    queue?: Record<string, unknown>;
+  } = {},
 ): RunFiles {
   const files = {
     dir,
@@ -56,7 +61,7 @@ export function writeRunConfig(
       { name: 'file', type: 'jsonl', path: files.jsonlPath },
       { name: 'mirror', type: 'sqlite', path: files.mirrorPath },
     ],
-    queue: { concurrency: opts.concurrency ?? 4 },
+    queue: { concurrency: opts.concurrency ?? 4, ...opts.queue },
   });
   const sources = raw.sources as Record<string, unknown>[];
   sources[1]!.format = 'xml';
@@ -175,15 +180,15 @@ export function keysBehindCursorNotQueued(sandbox: Sandbox, files: RunFiles): st
 }
 
 /**
- * Ages the source-lock leases of a process killed with -9 as if LOCK_TTL_MS (15 s) had passed, so
- * a restart takes over at once instead of waiting out the lease on every kill. Only that pid's rows
- * are touched; the takeover itself still goes through the normal expired-lease claim. Waiting out
+ * Ages the store lease of a process killed with -9 as if STORE_LEASE_TTL_MS (15 s) had passed, so
+ * a restart takes over at once instead of waiting out the lease on every kill. Only that pid's row
+ * is touched; the takeover itself still goes through the normal expired-lease claim. Waiting out
  * a real lease is covered by source-lock.test.ts.
  */
 export function expireLocksOf(storePath: string, pid: number): number {
   const db = new Database(storePath, { fileMustExist: true, timeout: 5000 });
   try {
-    return db.prepare('UPDATE source_locks SET heartbeat_at = 0 WHERE owner LIKE ?').run(`%:${pid}`).changes;
+    return db.prepare('UPDATE store_lease SET heartbeat_at = 0 WHERE owner LIKE ?').run(`%:${pid}`).changes;
   } finally {
     db.close();
   }

@@ -5,7 +5,8 @@ import type { DriverFactory, QueueDriver, SourceLeases, SourceState } from '../d
 import { FeedsyncError } from '../../core/errors.js';
 import { createBullmqAdmin } from './admin.js';
 import { createBullmqDelivery } from './delivery.js';
-import { createRedisSourceLeases, readLeaseHolder, type RedisSourceLeases } from './lease.js';
+import { createRedisSourceLeases, defaultOwner, readLeaseHolder, type RedisSourceLeases } from './lease.js';
+import { holdSource } from './source-hold.js';
 import { createBullmqProducer, type BullmqProducer } from './producer.js';
 import {
   assertRedisCredentials,
@@ -80,6 +81,14 @@ export async function createBullmqDriver(
         throw new FeedsyncError(`feedsync ${mode} does not poll: it cannot lease a source`, false);
       },
       holder: (source) => readLeaseHolder(stateConnection, prefix, source),
+      hold: (source) =>
+        holdSource(
+          stateConnection,
+          prefix,
+          source,
+          config.queue.lease_ttl_ms,
+          `${defaultOwner()} (cursor command)`,
+        ),
     };
     // A poller's own cursor writes (start_from latest) go through the fenced commit, like pages.
     const sourceState: SourceState =

@@ -18,6 +18,8 @@ import { FeedsyncError, errorMessage } from '../../core/errors.js';
 import type { HeldLock, SourceLeases } from '../driver.js';
 import { leaseKey, leaseTokenKey, pollersKey } from './names.js';
 import { closeRedis, createRedisConnection } from './redis.js';
+import { ACQUIRE, ownerOf, RELEASE, RENEW } from './lease-scripts.js';
+import { holdSource } from './source-hold.js';
 
 export const DEFAULT_LEASE_TTL_MS = 15_000;
 
@@ -54,16 +56,6 @@ export interface RedisLeasesOptions {
   connection?: Redis;
 }
 
-// Take the lease when nobody holds it; a fresh token either way it is taken.
-const ACQUIRE = `
-if redis.call('EXISTS', KEYS[1]) == 1 then return {0, redis.call('GET', KEYS[1])} end
-local token = redis.call('INCR', KEYS[2])
-local value = token .. ' ' .. ARGV[1]
-redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
-return {token, value}`;
-// Compare-and-act: only the holder may extend or delete.
-const RENEW = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end`;
-const RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end`;
 // Redis' clock, not ours: replicas on hosts with skewed clocks still agree on who is alive.
 const HEARTBEAT = `
 local t = redis.call('TIME')
@@ -77,7 +69,17 @@ interface Held {
   lost: AbortController;
   since: number;
   lastRenewed: number;
+  /** performance.now() when the last successful renewal was sent (Redis set the expiry after that). */
+  renewedAt: number;
 }
+
+/**
+ * A holder stops by its own monotonic clock this far into the TTL without a successful renewal, so
+ * it has stopped before the key can expire and a standby take the source: a renewal that hangs (a
+ * frozen Redis, a cut connection that never errors) or a process paused past it cannot leave two
+ * pollers.
+ */
+export const SELF_EXPIRY = 0.8;
 
 export function defaultOwner(): string {
   return `${hostname()}:${process.pid}`;
@@ -104,10 +106,13 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
   }
 
   async function renew(source: string, lease: Held): Promise<void> {
+    const sent = performance.now();
     try {
       const ok = Number(await client.eval(RENEW, 1, lease.fence.leaseKey, lease.fence.value, String(ttl)));
-      if (ok === 1) lease.lastRenewed = Date.now();
-      else markLost(source, 'lease taken by another replica (or expired) before it was renewed');
+      if (ok === 1) {
+        lease.lastRenewed = Date.now();
+        lease.renewedAt = sent;
+      } else markLost(source, 'lease taken by another replica (or expired) before it was renewed');
     } catch (err) {
       // Past the TTL the key may have expired and been taken: we can no longer claim to hold it.
       if (Date.now() - lease.lastRenewed >= ttl)
@@ -143,9 +148,22 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
     rebalance();
   }
 
+  /** Independent of the beat, which may hang on a frozen Redis: stop before the key can expire. */
+  function expireStale(): void {
+    const now = performance.now();
+    for (const [source, lease] of held)
+      if (now - lease.renewedAt >= ttl * SELF_EXPIRY)
+        markLost(
+          source,
+          `not renewed for ${Math.round(now - lease.renewedAt)} ms (redis unreachable or frozen, or this process was paused); stopping before the lease can expire`,
+        );
+  }
+
   // Started by the first acquire: a process that only asks who holds what is not a replica.
   let timer: NodeJS.Timeout | undefined;
+  let watchdog: NodeJS.Timeout | undefined;
   const startBeating = (): void => {
+    watchdog ??= setInterval(expireStale, Math.max(50, Math.floor(ttl / 10)));
     timer ??= setInterval(
       () => {
         if (!tick) tick = beat().finally(() => (tick = undefined));
@@ -164,6 +182,7 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
   async function tryAcquire(source: string): Promise<{ lease?: Held; holder?: string }> {
     await heartbeat();
     if (held.size >= share()) return { holder: await holderOf(source) };
+    const sent = performance.now();
     const reply = (await client.eval(
       ACQUIRE,
       2,
@@ -186,6 +205,7 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
         lost: new AbortController(),
         since: now,
         lastRenewed: now,
+        renewedAt: sent,
       },
     };
   }
@@ -250,6 +270,7 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
   }
 
   function fence(source: string): LeaseFence | undefined {
+    expireStale();
     const lease = held.get(source);
     return lease && !lease.lost.signal.aborted ? lease.fence : undefined;
   }
@@ -258,6 +279,7 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
     if (closed) return;
     closed = true;
     clearInterval(timer);
+    clearInterval(watchdog);
     await tick;
     // Leases still held (a poller that did not stop) are released so a standby need not wait.
     await Promise.all(
@@ -273,6 +295,7 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
   return {
     acquire,
     holder: holderOf,
+    hold: (source) => holdSource(client, opts.prefix, source, ttl, `${owner} (cursor command)`),
     fence,
     markLost,
     held: () => [...held].filter(([, h]) => !h.lost.signal.aborted).map(([s]) => s),
@@ -291,13 +314,6 @@ function whenReady(client: Redis, timeoutMs: number): Promise<void> {
     const timer = setTimeout(done, timeoutMs);
     client.once('ready', done);
   });
-}
-
-/** `<token> <owner>` → owner. */
-function ownerOf(value: string | null | undefined): string | undefined {
-  if (!value) return undefined;
-  const space = value.indexOf(' ');
-  return space < 0 ? value : value.slice(space + 1);
 }
 
 /** Who holds `source`'s lease, without joining the pollers (for `cursor` refusals and `status`). */

@@ -22,16 +22,22 @@ import { commitStatsKey, sourceStateKey } from './names.js';
 import type { ChangeSlice } from './slice.js';
 import { cursorFields } from './source-state.js';
 
-// KEYS: state hash, stats hash, then the job hash of every slice. ARGV: cursor, seen_above, now.
+// KEYS: state hash, stats hash, lease key, then the job hash of every slice. ARGV: cursor,
+// seen_above, now, the lease value ('' when unfenced). The lease is checked again here, inside the
+// transaction, besides the WATCH: whatever happens to the connection, a cursor moves only under
+// the lease that read the page.
 const WRITE_CURSOR = `
-for i = 3, #KEYS do
+if ARGV[4] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[4] then
+  return redis.error_reply('FENCED the source lease is no longer ours; cursor not moved')
+end
+for i = 4, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 0 then
     return redis.error_reply('job ' .. KEYS[i] .. ' of the page is missing; cursor not moved')
   end
 end
 redis.call('HSET', KEYS[1], 'cursor', ARGV[1], 'seen_above', ARGV[2], 'updated_at', ARGV[3])
 redis.call('HINCRBY', KEYS[2], 'pages', 1)
-redis.call('HINCRBY', KEYS[2], 'slices', #KEYS - 2)
+redis.call('HINCRBY', KEYS[2], 'slices', #KEYS - 3)
 return 1`;
 
 export interface PlannedSlice {
@@ -127,13 +133,15 @@ export function createPageCommitter(opts: {
       const jobKeys = plan.slices.map((slice) => slice.queue.toKey(slice.jobId));
       tx.eval(
         WRITE_CURSOR,
-        2 + jobKeys.length,
+        3 + jobKeys.length,
         stateKey,
         statsKey,
+        fence?.leaseKey ?? stateKey,
         ...jobKeys,
         fields.cursor!,
         fields.seen_above!,
         fields.updated_at!,
+        fence?.value ?? '',
       );
       if (fence && connections !== epoch)
         throw new FeedsyncError(

@@ -10,7 +10,8 @@ import { FeedsyncError, errorMessage } from '../../core/errors.js';
  * - worker: commands wait through an outage (BullMQ requires `maxRetriesPerRequest: null` for
  *   blocking connections; its workers then resume on their own when Redis returns).
  * - producer: fail fast (`enableOfflineQueue: false`) so commitPage throws while Redis is down and
- *   the poller retries later, instead of buffering pages in memory with the cursor held back.
+ *   the poller retries later, instead of buffering pages in memory with the cursor held back; and
+ *   never re-send a command after a reconnect (see ROLE_OPTIONS).
  * - admin / lock: short-lived or polling callers that must see errors promptly.
  */
 export type RedisRole = 'worker' | 'producer' | 'admin' | 'lock';
@@ -52,9 +53,21 @@ function parseRedisUrl(url: string): URL {
 
 const ROLE_OPTIONS: Record<RedisRole, RedisOptions> = {
   worker: { maxRetriesPerRequest: null, enableReadyCheck: true },
-  producer: { maxRetriesPerRequest: 1, enableOfflineQueue: false, connectTimeout: 5_000 },
+  // Fenced writes (page commits, leases) are never re-sent on a new connection: a MULTI…EXEC
+  // re-sent after a cut would run without its WATCH, i.e. unfenced. The caller retries instead.
+  producer: {
+    maxRetriesPerRequest: 1,
+    enableOfflineQueue: false,
+    connectTimeout: 5_000,
+    autoResendUnfulfilledCommands: false,
+  },
   admin: { maxRetriesPerRequest: 2, connectTimeout: 5_000 },
-  lock: { maxRetriesPerRequest: 1, enableOfflineQueue: false, connectTimeout: 5_000 },
+  lock: {
+    maxRetriesPerRequest: 1,
+    enableOfflineQueue: false,
+    connectTimeout: 5_000,
+    autoResendUnfulfilledCommands: false,
+  },
 };
 
 /**

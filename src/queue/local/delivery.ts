@@ -11,6 +11,8 @@ import type { Backlog } from './backlog.js';
 import type { Change } from '../../core/change.js';
 import type { QueuedSlices } from './producer.js';
 import type { LoggedPage, QueuedRow as Row } from './rows.js';
+import type { StoreOwnership } from './ownership.js';
+import { LEASE_LOST_MESSAGE } from '../../store/store-lease.js';
 
 const IDLE_RECHECK_MS = 1000;
 /**
@@ -76,6 +78,7 @@ type Head = Pick<Row, 'id' | 'subject_key' | 'available_at'>;
  */
 export class LocalDelivery implements DeliveryRunner {
   private stopping = false;
+  private started: Promise<void> | undefined;
   private readonly loops: Promise<void>[] = [];
   private readonly wakers = new Set<() => void>();
   private readonly lanes = new Map<string, Lane>();
@@ -95,6 +98,7 @@ export class LocalDelivery implements DeliveryRunner {
     private readonly events: PipelineEvents,
     private readonly logger: Logger,
     private readonly backlog: Backlog,
+    private readonly ownership: StoreOwnership,
   ) {
     this.bury = db.prepare(
       'INSERT OR REPLACE INTO dead_letters (sink, key, body, attempts, error, failed_at) VALUES (?, ?, ?, ?, ?, ?)',
@@ -106,8 +110,6 @@ export class LocalDelivery implements DeliveryRunner {
     this.ackList = db.prepare('DELETE FROM deliveries WHERE id IN (SELECT value FROM json_each(?))');
     this.ackPage = db.prepare('DELETE FROM page_log WHERE id = ?');
     this.unlog = db.prepare(UNLOG_ROW);
-    // A crash leaves pages in the log: their rows join `deliveries`, under the ids they had.
-    unlogLeftovers(db);
     this.window = Math.max(MIN_WINDOW, 2 * BATCH * queue.concurrency);
     for (const runtime of sinks)
       this.lanes.set(runtime.name, {
@@ -190,12 +192,25 @@ export class LocalDelivery implements DeliveryRunner {
     return new Map([...this.lanes].map(([sink, lane]) => [sink, lane.inflight.size]));
   }
 
+  /**
+   * Returns at once; the loops start once this process owns the store (a second `run` waits as a
+   * standby and reads or moves no row until then).
+   */
   async start(): Promise<void> {
-    for (const lane of this.lanes.values()) this.loops.push(this.loop(lane));
+    this.started = this.ownership.acquire().then((lease) => {
+      if (!lease || this.stopping) return;
+      // A crash leaves pages in the log: their rows join `deliveries`, under the ids they had.
+      unlogLeftovers(this.db);
+      for (const lane of this.lanes.values()) this.loops.push(this.loop(lane));
+    });
+    this.started.catch((err: unknown) =>
+      this.logger.error({ err: errorMessage(err) }, 'cannot start delivering from the store'),
+    );
   }
 
   async stop(timeoutMs: number): Promise<void> {
     this.stopping = true;
+    await this.started?.catch(() => undefined);
     this.wake();
     // In-flight deliveries that do not finish in time stay queued and are redelivered next start.
     let timer: NodeJS.Timeout | undefined;
@@ -236,9 +251,16 @@ export class LocalDelivery implements DeliveryRunner {
 
     while (!this.stopping || lane.inflight.size > 0) {
       let wait = IDLE_RECHECK_MS;
-      if (!this.stopping) {
-        // Left by a failure whose outcome could not be recorded: the store decides from now on.
-        if (lane.mode === 'store' && lane.pages.size > 0) this.tryUnlog(lane);
+      // Not renewed in time (frozen, or the store busy): start nothing until it is, or until the
+      // lease is found lost and the process stops.
+      const owned = this.ownership.valid();
+      if (!owned) wait = 100;
+      // Left by a failure whose outcome could not be recorded: the store decides from now on, but
+      // only once those pages are rows again. Until then their changes are invisible to it, and
+      // later changes of the same subjects would overtake them.
+      if (!this.stopping && owned && lane.mode === 'store' && lane.pages.size > 0) this.tryUnlog(lane);
+      const held = lane.pages.size > 0 && lane.mode === 'store';
+      if (!this.stopping && owned && !held) {
         if (lane.mode === 'store' && !anyRetrying.get(sink)) this.toMemory(lane);
         if (lane.mode === 'memory') {
           // Rows added from outside the producer (`dlq retry`) have ids above everything loaded.
@@ -392,9 +414,11 @@ export class LocalDelivery implements DeliveryRunner {
     const runtime = lane.runtime;
     const started = performance.now();
     const changes = rows.map((r) => (r.change ??= parseChangeJson(r.body)));
+    const context = { fence: this.ownership.fence() };
     try {
-      if (changes.length === 1 || !runtime.sink.deliverBatch) await runtime.sink.deliver(changes[0]!);
-      else await runtime.sink.deliverBatch(changes);
+      if (changes.length === 1 || !runtime.sink.deliverBatch)
+        await runtime.sink.deliver(changes[0]!, context);
+      else await runtime.sink.deliverBatch(changes, context);
     } catch (err) {
       this.record(runtime, rows, () => this.failed(runtime, rows, err, (performance.now() - started) / 1000));
       return true;
@@ -450,6 +474,15 @@ export class LocalDelivery implements DeliveryRunner {
       write();
       return true;
     } catch (err) {
+      if (errorMessage(err).includes(LEASE_LOST_MESSAGE)) {
+        // In flight when this process lost the store: the new owner delivers these again.
+        this.events.emit('delivery:after-lease-loss', { sink: runtime.name, changes: rows.length });
+        this.logger.warn(
+          { sink: runtime.name, keys: rows.length },
+          'a delivery finished after another process took the store over; it will deliver these changes again',
+        );
+        return false;
+      }
       this.logger.error(
         { sink: runtime.name, keys: rows.length, err: errorMessage(err) },
         'cannot record a delivery outcome in the store; the changes stay queued',

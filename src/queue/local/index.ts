@@ -2,10 +2,11 @@
 // SQLite store, so it lives inside one `feedsync run` process (plus the ops commands beside it).
 import { ConfigError } from '../../core/errors.js';
 import { CursorStore } from '../../store/cursors.js';
-import { SqliteSourceLocks } from '../../store/source-lock.js';
 import { openStore } from '../../store/store.js';
 import type { DriverFactory, QueueDriver } from '../driver.js';
-import { sqliteSourceLeases, sqliteSourceState } from '../sqlite-source-state.js';
+import { sqliteSourceState } from '../sqlite-source-state.js';
+import { StoreOwnership } from './ownership.js';
+import { storeLeases } from './store-leases.js';
 import { LocalAdmin } from './admin.js';
 import { Backlog } from './backlog.js';
 import { LocalDelivery } from './delivery.js';
@@ -22,20 +23,22 @@ export const createLocalDriver: DriverFactory = async ({ config, mode, sinks, ev
   const db = openStore(config.store.path);
   const cursors = new CursorStore(db);
   const names = config.sinks.map((s) => s.name);
+  const ownership = new StoreOwnership(db, { ttlMs: config.queue.lease_ttl_ms });
   const parts: QueueDriver = {
     admin: new LocalAdmin(db, names),
     sourceState: sqliteSourceState(cursors),
-    leases: sqliteSourceLeases(new SqliteSourceLocks(db)),
+    leases: storeLeases(ownership, db, cursors, config.queue.lease_ttl_ms),
     checks: { store: () => db.open },
     close: async () => {
       clearInterval(recount);
+      ownership.release();
       if (db.open) db.close();
     },
   };
   let recount: NodeJS.Timeout | undefined;
   if (mode === 'run') {
     const backlog = new Backlog(db, names);
-    const delivery = new LocalDelivery(db, sinks, config.queue, events, logger, backlog);
+    const delivery = new LocalDelivery(db, sinks, config.queue, events, logger, backlog, ownership);
     const filters = config.sinks.map((s) => ({ name: s.name, filter: s.filter }));
     parts.producer = new LocalProducer(
       db,
@@ -46,6 +49,9 @@ export const createLocalDriver: DriverFactory = async ({ config, mode, sinks, ev
       (sink, changes) => delivery.takes(sink, changes),
     );
     parts.delivery = delivery;
+    // A standby (another `run` owns the store) is not doing its job: /readyz says so.
+    parts.checks.store_owner = () => ownership.valid();
+    parts.fatal = ownership.lost;
     parts.admin = new LocalAdmin(db, names, () => delivery.inFlightCounts());
     recount = setInterval(() => backlog.recount(), RECOUNT_MS);
     recount.unref();

@@ -1,0 +1,74 @@
+// `cursor set/reset` in scaled mode: the command takes the source's lease like a poller would (a
+// fresh token), so no poller starts on the source while the command runs, and its cursor write is
+// checked against that lease inside Redis: a command that lost the lease (paused past it, Redis
+// unreachable for a TTL) writes nothing.
+import type { Redis } from 'ioredis';
+import { FeedsyncError } from '../../core/errors.js';
+import type { HeldSource } from '../driver.js';
+import { ACQUIRE, ownerOf, RELEASE, RENEW } from './lease-scripts.js';
+import { leaseKey, leaseTokenKey, sourceStateKey } from './names.js';
+import { cursorFields } from './source-state.js';
+
+// KEYS: lease, state hash. ARGV: the lease value, cursor, seen_above, now.
+const SAVE_IF_HELD = `
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return redis.error_reply('FENCED the source lease was taken over')
+end
+redis.call('HSET', KEYS[2], 'cursor', ARGV[2], 'seen_above', ARGV[3], 'updated_at', ARGV[4])
+return 1`;
+
+export async function holdSource(
+  client: Redis,
+  prefix: string,
+  source: string,
+  ttlMs: number,
+  owner: string,
+): Promise<HeldSource | { holder: string }> {
+  const key = leaseKey(prefix, source);
+  const reply = (await client.eval(ACQUIRE, 2, key, leaseTokenKey(prefix, source), owner, String(ttlMs))) as [
+    number,
+    string | null,
+  ];
+  if (Number(reply[0]) === 0) return { holder: ownerOf(reply[1]) ?? 'unknown' };
+  const value = String(reply[1]);
+  const lost = new AbortController();
+  const renew = setInterval(
+    () => {
+      client.eval(RENEW, 1, key, value, String(ttlMs)).then(
+        (ok) => Number(ok) === 1 || lost.abort(),
+        () => undefined,
+      );
+    },
+    Math.max(100, Math.floor(ttlMs / 3)),
+  );
+  renew.unref();
+  return {
+    lost: lost.signal,
+    async release() {
+      clearInterval(renew);
+      await client.eval(RELEASE, 1, key, value).catch(() => undefined);
+    },
+    async save(eventId, seenAbove) {
+      const f = cursorFields(eventId, seenAbove);
+      try {
+        await client.eval(
+          SAVE_IF_HELD,
+          2,
+          key,
+          sourceStateKey(prefix, source),
+          value,
+          f.cursor!,
+          f.seen_above!,
+          f.updated_at!,
+        );
+      } catch (err) {
+        if (String((err as Error).message).includes('FENCED'))
+          throw new FeedsyncError(
+            `the cursor of "${source}" was not changed: a poller took the source while this command ran`,
+            false,
+          );
+        throw err;
+      }
+    },
+  };
+}
