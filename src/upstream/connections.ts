@@ -8,7 +8,7 @@ import type { Dispatcher } from 'undici';
 import { redactUrlPassword } from '../config/redact.js';
 import { ConfigError, FeedsyncError } from '../core/errors.js';
 import type { PooledDispatcher } from './transport.js';
-import { loadProxyClasses, Pool } from './undici-dispatchers.js';
+import { Client, loadProxyClasses, Pool } from './undici-dispatchers.js';
 
 export interface ConnectionOptions {
   /** Source name, for error messages. */
@@ -109,12 +109,15 @@ export function createConnections(opts: ConnectionOptions): Connections {
         route.ready.catch(() => undefined);
         return route;
       }
-      const pool = new Pool(origin, { ...dispatcherOptions, ...(https && tls && { connect: tls }) });
+      const connect = https && tls ? tls : undefined;
+      const pool = new Pool(origin, { ...dispatcherOptions, ...(connect && { connect }) });
       pools.push(pool);
-      // transport.ts retries a request that an idle keep-alive socket failed on a new Client of
-      // its own, which has neither the proxy nor these TLS settings (it could even succeed by
-      // trusting the default CAs the source's ca_file replaces): such routes report no idle socket.
-      const dispatcher = https && tls ? new Routed(pool, undefined).asPooled() : pool;
+      // transport.ts retries a request that an idle keep-alive socket failed on a one-off client:
+      // it must have these TLS settings (a default one could even succeed by trusting the CAs the
+      // source's ca_file replaces). Proxied routes report no idle socket, so never take that path.
+      const dispatcher: PooledDispatcher = connect
+        ? Object.assign(pool, { fresh: () => new Client(origin, { pipelining: 0, connect }) })
+        : pool;
       return { dispatcher, ready: undefined, via: '' };
     },
     async close() {

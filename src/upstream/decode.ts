@@ -1,8 +1,25 @@
 // Response body → normalized Resource, whatever format was asked for. Every failure is a
-// DecodeError naming the URL, so the poller can log it and retry the page.
-import { DecodeError } from '../core/errors.js';
+// DecodeError naming the URL, so the poller can log it and retry the page, except a body that
+// would build too much (too deep, too many values: src/upstream/decode-limits.ts), which is an
+// UpstreamRefusedError naming the URL and the limit, checked before the body is parsed.
+import { DecodeError, UpstreamRefusedError } from '../core/errors.js';
 import type { Json, NormalizedCollection, Representation } from '../core/resource.js';
 import { normalizeDateTime } from './datetime.js';
+import {
+  BUDGET_FLOOR,
+  checkJson,
+  checkXml,
+  JSON_CHARS_PER_CONTAINER,
+  jsonContainerBudget,
+  MAX_DEPTH,
+  MAX_JSON_CONTAINERS,
+  MAX_JSON_VALUES,
+  MAX_XML_ATTRIBUTES,
+  MAX_XML_NODES,
+  XML_CHARS_PER_NODE,
+  xmlNodeBudget,
+  type Excess,
+} from './decode-limits.js';
 import { decodeXml, XmlShapeError, type LinkRelMapper } from './xml-decode.js';
 
 export type { LinkRelMapper } from './xml-decode.js';
@@ -44,6 +61,8 @@ function formatOf(mediaType: string): 'json' | 'xml' | undefined {
 }
 
 function decodeXmlBody(text: string, url: string, linkRel: LinkRelMapper | undefined): Representation {
+  const excess = checkXml(text);
+  if (excess !== undefined) throw refusal(url, 'xml', excess, text.length);
   try {
     return decodeXml(text, linkRel);
   } catch (err) {
@@ -53,7 +72,59 @@ function decodeXmlBody(text: string, url: string, linkRel: LinkRelMapper | undef
   }
 }
 
+/** The refusal of a body over a limit of decode-limits.ts; the message names the limit. */
+function refusal(
+  url: string,
+  format: 'json' | 'xml',
+  excess: NonNullable<Excess>,
+  length: number,
+): UpstreamRefusedError {
+  switch (excess) {
+    case 'depth':
+      return new UpstreamRefusedError(
+        url,
+        'too_deep',
+        format === 'json'
+          ? `JSON nesting is deeper than ${MAX_DEPTH} levels of objects and arrays`
+          : `XML nesting is deeper than ${MAX_DEPTH} levels of elements`,
+      );
+    case 'containers':
+      return new UpstreamRefusedError(
+        url,
+        'too_many_values',
+        `JSON body holds more than ${jsonContainerBudget(length)} objects and arrays (the limit for ` +
+          `its ${length} characters: ${BUDGET_FLOOR} + 1 per ${JSON_CHARS_PER_CONTAINER} characters, ` +
+          `at most ${MAX_JSON_CONTAINERS})`,
+      );
+    case 'values':
+      return new UpstreamRefusedError(
+        url,
+        'too_many_values',
+        `JSON body holds more than ${MAX_JSON_VALUES} keys and values`,
+      );
+    case 'nodes':
+      return new UpstreamRefusedError(
+        url,
+        'too_many_values',
+        `XML body holds more than ${xmlNodeBudget(length)} elements, attributes and other nodes (the ` +
+          `limit for its ${length} characters: ${BUDGET_FLOOR} + 1 per ${XML_CHARS_PER_NODE} ` +
+          `characters, at most ${MAX_XML_NODES})`,
+      );
+    case 'attributes':
+      return new UpstreamRefusedError(
+        url,
+        'too_many_values',
+        `an XML element has more than ${MAX_XML_ATTRIBUTES} attributes`,
+      );
+  }
+}
+
+/** Thrown by the normaliser past MAX_DEPTH; decodeJson turns it into the refusal. */
+class TooDeep extends Error {}
+
 function decodeJson(text: string, url: string): Representation {
+  const excess = checkJson(text);
+  if (excess !== undefined) throw refusal(url, 'json', excess, text.length);
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -68,8 +139,8 @@ function decodeJson(text: string, url: string): Representation {
   }
   const { resource_type: resourceType, entries } = value as { resource_type?: unknown; entries?: unknown };
   // The spec's collection is "an object whose property entries is an array", with no resource_type.
-  if (Array.isArray(entries)) return normalizeCollection(value as Record<string, Json>);
-  if (typeof resourceType !== 'string' || resourceType === '') {
+  const collection = Array.isArray(entries);
+  if (!collection && (typeof resourceType !== 'string' || resourceType === '')) {
     throw new DecodeError(
       url,
       entries === undefined
@@ -77,33 +148,45 @@ function decodeJson(text: string, url: string): Representation {
         : `JSON object without a resource_type whose entries is ${typeof entries}, not an array`,
     );
   }
-  return normalizeObject(value as Record<string, Json>) as Representation;
+  try {
+    return collection
+      ? normalizeCollection(value as Record<string, Json>, 1)
+      : (normalizeObject(value as Record<string, Json>, 1) as Representation);
+  } catch (err) {
+    if (err instanceof TooDeep) throw refusal(url, 'json', 'depth', text.length);
+    throw new DecodeError(
+      url,
+      `cannot normalize the JSON: ${err instanceof Error ? err.message : String(err)}`,
+    );
+  }
 }
 
 /**
  * Datetime strings → UTC ms Z; lists → `{ entries }` whether sent as a collection object or as a
- * bare array, so they equal what XML's `type="array"` gives; everything else as parsed.
+ * bare array, so they equal what XML's `type="array"` gives; everything else as parsed. `depth`:
+ * the nesting level of `value` if it is an object or array (the body's top-level object is 1);
+ * past MAX_DEPTH it throws TooDeep, so the recursion stays shallow whatever the body.
  */
-function normalizeJson(value: Json): Json {
+function normalizeJson(value: Json, depth: number): Json {
   if (typeof value === 'string') return normalizeDateTime(value) ?? value;
-  if (Array.isArray(value)) return { entries: normalizeList(value) };
-  if (value !== null && typeof value === 'object') {
-    if (Array.isArray(value.entries)) return normalizeCollection(value as Record<string, Json>);
-    return normalizeObject(value as Record<string, Json>);
-  }
-  return value;
+  if (value === null || typeof value !== 'object') return value;
+  if (depth > MAX_DEPTH) throw new TooDeep();
+  if (Array.isArray(value)) return { entries: normalizeList(value, depth) };
+  if (Array.isArray(value.entries)) return normalizeCollection(value as Record<string, Json>, depth);
+  return normalizeObject(value as Record<string, Json>, depth);
 }
 
-function normalizeCollection(value: Record<string, Json>): NormalizedCollection {
+function normalizeCollection(value: Record<string, Json>, depth: number): NormalizedCollection {
   // An optional label of a collection is dropped: see NormalizedCollection.
   const { resource_type: _label, entries, ...rest } = value;
-  // `entries` is the list itself, not a list inside it.
-  return { entries: normalizeList(entries as Json[]), ...normalizeObject(rest) };
+  // `entries` is the list itself, not a list inside it (one level below the collection).
+  if (depth + 1 > MAX_DEPTH) throw new TooDeep();
+  return { entries: normalizeList(entries as Json[], depth + 1), ...normalizeObject(rest, depth) };
 }
 
-/** In place, like normalizeObject. */
-function normalizeList(list: Json[]): Json[] {
-  for (let i = 0; i < list.length; i++) list[i] = normalizeJson(list[i]!);
+/** In place, like normalizeObject; `depth` is the list's own. */
+function normalizeList(list: Json[], depth: number): Json[] {
+  for (let i = 0; i < list.length; i++) list[i] = normalizeJson(list[i]!, depth + 1);
   return list;
 }
 
@@ -111,14 +194,14 @@ function normalizeList(list: Json[]): Json[] {
  * Normalizes the freshly parsed object in place: a copy of every object of a page doubled what the
  * decoder allocated (and what the garbage collector then had to go through) for nothing.
  */
-function normalizeObject(value: Record<string, Json>): { [key: string]: Json | undefined } {
+function normalizeObject(value: Record<string, Json>, depth: number): { [key: string]: Json | undefined } {
   // for…in over a parsed object sees exactly its own keys (its prototype is Object.prototype,
   // whose properties are not enumerable) without Object.entries' array per object.
   for (const k in value) {
     const v = value[k]!;
     // Numbers, booleans, null and strings that are not date-times stay as they are.
     if (v === null || (typeof v !== 'object' && typeof v !== 'string')) continue;
-    const normalized = normalizeJson(v);
+    const normalized = normalizeJson(v, depth + 1);
     if (normalized === v) continue;
     // A plain assignment to "__proto__" would set the prototype instead of a field.
     if (k === '__proto__')

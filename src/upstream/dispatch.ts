@@ -20,6 +20,27 @@ export interface ReceiveOptions {
   signal?: AbortSignal | undefined;
   /** How much of the body to keep for this status (0: none, Infinity: all). */
   keepBytes(status: number): number;
+  /**
+   * Largest body read, kept or discarded alike: a larger Content-Length is refused as soon as the
+   * headers are in, and a body without one is cut the moment it passes the limit. Either way the
+   * exchange is aborted (undici then destroys the connection: it is never reused) and receive()
+   * rejects with a BodyTooLargeError. Default: no limit.
+   */
+  maxBodyBytes?: number | undefined;
+}
+
+/** The body is larger than ReceiveOptions.maxBodyBytes (`declared`: by its Content-Length). */
+export class BodyTooLargeError extends Error {
+  constructor(
+    readonly limit: number,
+    readonly declared?: number,
+  ) {
+    super(
+      declared === undefined
+        ? `body is larger than ${limit} bytes`
+        : `Content-Length ${declared} is larger than ${limit} bytes`,
+    );
+  }
 }
 
 /** The exchange failed before any response: the caller may tell that from a failure in the body. */
@@ -51,6 +72,8 @@ export function receive(
     let headers: Received['headers'] = {};
     const chunks: Buffer[] = [];
     let room = 0;
+    const limit = opts.maxBodyBytes ?? Infinity;
+    let received = 0;
     let responded = false;
     const finish = (err: unknown, value?: Received): void => {
       if (settled) return;
@@ -81,8 +104,16 @@ export function receive(
         status = statusCode;
         headers = h;
         room = opts.keepBytes(statusCode);
+        const declared = contentLength(h['content-length']);
+        if (declared !== undefined && declared > limit) abortWith(new BodyTooLargeError(limit, declared));
       },
       onResponseData(_c, chunk) {
+        if (settled) return;
+        received += chunk.length;
+        if (received > limit) {
+          abortWith(new BodyTooLargeError(limit));
+          return;
+        }
         if (room <= 0) return;
         const kept = chunk.length <= room ? chunk : chunk.subarray(0, room);
         chunks.push(kept);
@@ -100,6 +131,14 @@ export function receive(
       },
     });
   });
+}
+
+/** A Content-Length header's value, when it is one number (undici rejects conflicting ones). */
+function contentLength(value: string | string[] | undefined): number | undefined {
+  const v = Array.isArray(value) ? value[0] : value;
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  return Number.isFinite(n) && n >= 0 ? n : undefined;
 }
 
 function toError(reason: unknown): Error {

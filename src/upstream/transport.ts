@@ -1,12 +1,21 @@
 // One GET over a keep-alive pool, with a deadline covering headers AND body. Every failure comes
 // out as an UpstreamTransportError built from the error's code and message only: undici errors
 // are never passed on as `cause`, so nothing of the request (its Authorization header) can leak.
+// A body over maxBodyBytes, on the wire or once decoded, is an UpstreamRefusedError instead.
 import type { Dispatcher } from 'undici';
-import { exchangeFailure, NoResponseError, receive } from './dispatch.js';
+import { BodyTooLargeError, exchangeFailure, NoResponseError, receive, type Received } from './dispatch.js';
 import { Client } from './undici-dispatchers.js';
-import { DecodeError, UpstreamTransportError } from '../core/errors.js';
-import { CharsetError, decodeText } from './charset.js';
-import { ACCEPT_ENCODING, ContentEncodingError, decodeContentEncoding } from './content-encoding.js';
+import { DecodeError, UpstreamRefusedError, UpstreamTransportError } from '../core/errors.js';
+import { CharsetError, decodeText, type DecodedText } from './charset.js';
+import {
+  ACCEPT_ENCODING,
+  ContentEncodingError,
+  DecodedTooLargeError,
+  decodeContentEncoding,
+} from './content-encoding.js';
+
+/** maxBodyBytes when the caller gives none: the default of a source's `max_body_bytes`. */
+export const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
 
 export interface RawResponse {
   status: number;
@@ -26,13 +35,18 @@ export interface SendOptions {
   readBody: (status: number) => boolean;
   /** Send Accept-Encoding and decode gzip/deflate/br bodies. */
   compression?: boolean;
-  /** Largest body accepted, on the wire and decoded; over it: UpstreamRefusedError body_too_large. */
+  /**
+   * Largest body accepted, on the wire (kept or drained alike) and decoded; over it:
+   * UpstreamRefusedError body_too_large. Default DEFAULT_MAX_BODY_BYTES.
+   */
   maxBodyBytes?: number;
 }
 
 /** The keep-alive pool `send` uses; its idle count tells whether a request reuses a connection. */
 export interface PooledDispatcher extends Dispatcher {
   readonly stats: { readonly free: number };
+  /** A one-off connection like the pool's (same TLS settings), for the keep-alive retry; default: a plain Client. */
+  fresh?(): Dispatcher;
 }
 
 /** The reason an abort was requested, as something throwable. */
@@ -56,7 +70,7 @@ export async function send(pool: PooledDispatcher, url: string, opts: SendOption
       // The server closed the idle keep-alive connection as we reused it (its idle timeout raced
       // our request): it processed nothing, and a GET is idempotent. Send it again at once on a
       // connection of its own, so another stale idle socket of the pool cannot fail it the same way.
-      const fresh = new Client(new URL(url).origin, { pipelining: 0 });
+      const fresh = pool.fresh?.() ?? new Client(new URL(url).origin, { pipelining: 0 });
       try {
         return await exchange(fresh, request, opts, url, deadline);
       } finally {
@@ -65,7 +79,7 @@ export async function send(pool: PooledDispatcher, url: string, opts: SendOption
     }
   } catch (caught) {
     if (opts.signal?.aborted) throw abortReason(opts.signal);
-    if (caught instanceof DecodeError) throw caught;
+    if (caught instanceof DecodeError || caught instanceof UpstreamRefusedError) throw caught;
     const { cause, timedOut } = exchangeFailure(caught);
     if (timedOut)
       throw new UpstreamTransportError(url, 'timeout', `no complete response within ${opts.timeoutMs} ms`);
@@ -80,30 +94,52 @@ async function exchange(
   url: string,
   deadline: number,
 ): Promise<RawResponse> {
-  const res = await receive(dispatcher, request, {
-    deadline,
-    signal: opts.signal,
-    keepBytes: (status) => (opts.readBody(status) ? Infinity : 0),
-  });
+  const maxBodyBytes = opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
+  let res: Received;
+  try {
+    res = await receive(dispatcher, request, {
+      deadline,
+      signal: opts.signal,
+      keepBytes: (status) => (opts.readBody(status) ? Infinity : 0),
+      maxBodyBytes,
+    });
+  } catch (err) {
+    if (!(err instanceof BodyTooLargeError)) throw err;
+    const what = err.declared === undefined ? 'body' : `Content-Length (${err.declared} bytes)`;
+    throw new UpstreamRefusedError(
+      url,
+      'body_too_large',
+      `${what} is larger than max_body_bytes (${maxBodyBytes} bytes)`,
+    );
+  }
   if (!opts.readBody(res.status)) return { status: res.status, headers: res.headers, body: '' };
   const encoding = res.headers['content-encoding'];
   let bytes: Buffer = res.body;
   if (encoding !== undefined) {
     try {
-      bytes = await decodeContentEncoding(res.body, encoding);
+      bytes = await decodeContentEncoding(res.body, encoding, maxBodyBytes);
     } catch (err) {
+      if (err instanceof DecodedTooLargeError) {
+        throw new UpstreamRefusedError(
+          url,
+          'body_too_large',
+          `decoded ${err.coding} body is larger than max_body_bytes (${maxBodyBytes} bytes)`,
+        );
+      }
       if (err instanceof ContentEncodingError) throw new DecodeError(url, err.message);
       throw err;
     }
   }
-  let body: string;
+  let decoded: DecodedText;
   try {
-    body = decodeText(bytes, res.headers['content-type']);
+    decoded = decodeText(bytes, res.headers['content-type']);
   } catch (err) {
     if (err instanceof CharsetError) throw new DecodeError(url, err.message);
     throw err;
   }
-  return { status: res.status, headers: res.headers, body };
+  const out: RawResponse = { status: res.status, headers: res.headers, body: decoded.text };
+  if (decoded.invalidUtf8) out.invalidUtf8 = true;
+  return out;
 }
 
 /** The peer closed or reset the connection before answering anything. */

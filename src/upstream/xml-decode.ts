@@ -5,6 +5,7 @@
 import { XMLParser, XMLValidator } from 'fast-xml-parser';
 import type { Json, NormalizedCollection, Representation, Resource } from '../core/resource.js';
 import { normalizeDateTime } from './datetime.js';
+import { MAX_DEPTH } from './decode-limits.js';
 
 export type LinkRelMapper = (resourceType: string, xmlRel: string) => string;
 
@@ -39,12 +40,22 @@ const parser = new XMLParser({
   htmlEntities: true,
   ignoreDeclaration: true,
   ignorePiTags: true,
+  // A backstop: decodeBody refuses deeper bodies before parsing (src/upstream/decode-limits.ts).
+  maxNestedTags: MAX_DEPTH,
 });
 
 const identity: LinkRelMapper = (_type, rel) => rel;
 
 /** Parse and normalize an XML document. Throws XmlShapeError describing what is wrong. */
 export function decodeXml(body: string, linkRel: LinkRelMapper = identity): Representation {
+  // Entities a document declares itself are how entity expansion ("billion laughs") and external
+  // entities (XXE) attack a parser; neither service declares any, so such a document is refused
+  // whole rather than parsed with some of them expanded.
+  const doctype = body.indexOf('<!DOCTYPE');
+  if (doctype >= 0 && body.indexOf('<!ENTITY', doctype) >= 0)
+    throw new XmlShapeError(
+      'the DOCTYPE declares entities (<!ENTITY …>); feedsync expands none and refuses the document',
+    );
   const valid = XMLValidator.validate(body);
   if (valid !== true) {
     const { msg, line, col } = valid.err;

@@ -32,6 +32,10 @@ beforeAll(async () => {
   sources[0]!.format = 'xml';
   sources[1]!.base_url = `${proxy.origin}/workflow`;
   sources[1]!.format = 'json';
+  // The proxy rewrites only feed pages: subject links still name the sandbox's own origin, which
+  // an operator in this position lists as trusted (credentials go only to listed origins).
+  const sandboxOrigin = new URL(sandbox.schedulingBaseUrl).origin;
+  for (const source of sources) source.allowed_origins = [sandboxOrigin];
   raw.log = { level: 'warn' };
   storePath = (raw.store as { path: string }).path;
   run = spawnCli(['run'], { config: writeConfig(dir, raw) });
