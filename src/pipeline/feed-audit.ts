@@ -14,10 +14,17 @@
 // from delivered ones); one audit makes at most window / AUDIT_STEP + 2 feed requests; subjects are
 // fetched only for the events found.
 import { errorMessage } from '../core/errors.js';
-import { buildChange, type FeedEvent } from './change.js';
+import type { FeedEvent } from './change.js';
 import { PAGE_SIZE } from './cursor.js';
 import { readFeedEvents } from './feed-page.js';
-import { expand, feedUrl, type PageState, type PollerDeps, type Position } from './poll-context.js';
+import {
+  commitEvents,
+  expand,
+  feedUrl,
+  type PageState,
+  type PollerDeps,
+  type Position,
+} from './poll-context.js';
 
 /** Each audit request starts after the AUDIT_STEP-th smallest id of the one before. */
 const AUDIT_STEP = 10;
@@ -51,9 +58,11 @@ export class FeedAudit {
     const { recent } = this.state;
     const from = this.checkpoint;
     if (from === undefined) return;
-    if (this.state.disorder === 0 || Date.now() - this.lastRun < this.intervalMs) return;
+    if (this.state.disorder === 0) return;
+    if (!this.state.auditSoon && Date.now() - this.lastRun < this.intervalMs) return;
     if (recent.total === from.total || position.cursor <= from.cursor) return;
     this.lastRun = Date.now();
+    this.state.auditSoon = false;
     try {
       // Ids committed after `from` and already forgotten cannot be checked: audit what is still known.
       if (recent.forgotten > from.total) {
@@ -105,23 +114,8 @@ export class FeedAudit {
 
   private async deliverLate(events: FeedEvent[], position: Position): Promise<void> {
     const { deps, state } = this;
-    const { outcomes } = await expand(deps, state, events, deps.signal);
-    const changes = events.map((e, i) =>
-      buildChange(
-        { source: deps.source.name, service: deps.adapter.kind },
-        e,
-        outcomes[i]!,
-        deps.adapter.normalizeSubject,
-      ),
-    );
-    await deps.queue.commitPage({
-      source: deps.source.name,
-      changes,
-      cursor: position.cursor,
-      seenAbove: position.seenAbove,
-    });
+    await commitEvents(deps, state, events, await expand(deps, state, events, deps.signal), position);
     for (const e of events) {
-      state.recent.add(e.id);
       deps.events.emit('feed:anomaly', { source: deps.source.name, kind: 'disorder', eventId: e.id });
       deps.logger.warn(
         { event_id: e.id, cursor: position.cursor },

@@ -2,13 +2,14 @@
 // the state kept across pages, and the two requests both make (a feed page, a page's subjects).
 import type { Logger } from 'pino';
 import type { SourceConfig } from '../config/types.js';
+import type { Change } from '../core/change.js';
 import type { PipelineEvents } from '../core/events.js';
 import type { SourceState } from '../queue/driver.js';
 import type { ChangeQueue } from '../queue/queue.js';
 import type { ServiceAdapter } from '../services/adapter.js';
 import type { UpstreamClient } from '../upstream/client.js';
-import type { FeedEvent } from './change.js';
-import { expandSubjects, type GoneSubjects } from './expand.js';
+import { buildChange, type FeedEvent } from './change.js';
+import { expandSubjects, type Expansion, type GoneSubjects } from './expand.js';
 import type { Limiter } from './limiter.js';
 import type { RecentIds } from './recent-ids.js';
 
@@ -45,6 +46,8 @@ export interface PageState {
   disorder: number;
   /** Events at or below it were excluded by the operator (`start_from`), not missed. */
   floor: number;
+  /** A page showed more disorder than the rule assumed: audit at the next caught-up moment. */
+  auditSoon: boolean;
 }
 
 /** Starts the expansion of `events`' subjects within the source's subject budget. */
@@ -72,4 +75,46 @@ export function feedUrl(
   for (const [k, v] of Object.entries(adapter.feedParams(source))) params.set(k, v);
   const query = params.toString();
   return `${source.base_url}/api/events${query ? `?${query}` : ''}`;
+}
+
+/**
+ * Turns expanded events into changes and commits them with the position after them (the same
+ * position for late events found by the audit), remembers them as delivered, and reports the commit.
+ */
+export async function commitEvents(
+  deps: PollerDeps,
+  state: PageState,
+  events: FeedEvent[],
+  expansion: Expansion,
+  next: Position,
+): Promise<{ changes: Change[]; lastEventAt: number | undefined }> {
+  const { source, adapter } = deps;
+  const changes = events.map((e, i) =>
+    buildChange(
+      { source: source.name, service: adapter.kind },
+      e,
+      expansion.outcomes[i]!,
+      adapter.normalizeSubject,
+    ),
+  );
+  const enqueued = await deps.queue.commitPage({
+    source: source.name,
+    changes,
+    cursor: next.cursor,
+    seenAbove: next.seenAbove,
+  });
+  for (const e of events) state.recent.add(e.id);
+  const lastEventAt = events.length ? Math.max(...events.map((e) => Date.parse(e.timestamp))) : undefined;
+  deps.events.emit('page:committed', {
+    source: source.name,
+    cursor: next.cursor,
+    // Upstream data must not mint metric series: types the specs do not list count as "unknown".
+    eventTypes: changes.map((c) => (adapter.knownEventTypes.has(c.event_type) ? c.event_type : 'unknown')),
+    lastEventTimestamp: lastEventAt !== undefined ? lastEventAt / 1000 : undefined,
+    enqueued,
+    // 404 answers, not gone changes: several events may share one gone subject (fetched once),
+    // and a subject known to be deleted is not fetched again.
+    gone: expansion.notFound,
+  });
+  return { changes, lastEventAt };
 }

@@ -1,15 +1,21 @@
 import { backoffDelay, sleep } from '../backoff.js';
 import { errorMessage, FeedsyncError, UpstreamAuthError } from '../core/errors.js';
 import type { PollOutcome } from '../queue/driver.js';
-import type { ServiceAdapter } from '../services/adapter.js';
 import type { UpstreamClient } from '../upstream/client.js';
-import { buildChange, type FeedEvent } from './change.js';
+import type { FeedEvent } from './change.js';
 import { nextCursor, observedDisorder, PAGE_SIZE } from './cursor.js';
 import { ExpansionAborted, GoneSubjects, type Expansion } from './expand.js';
 import { FeedAudit } from './feed-audit.js';
 import { readFeedEvents } from './feed-page.js';
 import { Limiter } from './limiter.js';
-import { expand, feedUrl, type PageState, type PollerDeps, type Position } from './poll-context.js';
+import {
+  commitEvents,
+  expand,
+  feedUrl,
+  type PageState,
+  type PollerDeps,
+  type Position,
+} from './poll-context.js';
 import { RecentIds } from './recent-ids.js';
 
 export { feedUrl, type PollerDeps } from './poll-context.js';
@@ -31,6 +37,7 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
     recent: new RecentIds(),
     disorder: deps.adapter.maxDisorder,
     floor: 0,
+    auditSoon: false,
   };
   const audit = new FeedAudit(deps, state);
   let failures = 0;
@@ -170,32 +177,13 @@ async function pollOnce(
   }
   const next = page.full ? readAhead(deps, state, page.next, page.fresh) : undefined;
   try {
-    const { outcomes, notFound } = await page.expansion;
-    const changes = page.fresh.map((e, i) =>
-      buildChange({ source: source.name, service: adapter.kind }, e, outcomes[i]!, adapter.normalizeSubject),
+    const { changes, lastEventAt } = await commitEvents(
+      deps,
+      state,
+      page.fresh,
+      await page.expansion,
+      page.next,
     );
-
-    const enqueued = await deps.queue.commitPage({
-      source: source.name,
-      changes,
-      cursor: page.next.cursor,
-      seenAbove: page.next.seenAbove,
-    });
-    for (const e of page.fresh) state.recent.add(e.id);
-
-    const lastEventAt = page.fresh.length
-      ? Math.max(...page.fresh.map((e) => Date.parse(e.timestamp)))
-      : undefined;
-    deps.events.emit('page:committed', {
-      source: source.name,
-      cursor: page.next.cursor,
-      eventTypes: metricEventTypes(adapter, changes),
-      lastEventTimestamp: lastEventAt !== undefined ? lastEventAt / 1000 : undefined,
-      enqueued,
-      // 404 answers, not gone changes: several events may share one gone subject (fetched once),
-      // and a subject known to be deleted is not fetched again.
-      gone: notFound,
-    });
     if (changes.length) logger.debug({ cursor: page.next.cursor, changes: changes.length }, 'page committed');
     return { position: page.next, pageSize: page.size, full: page.full, lastEventAt, ahead: next };
   } catch (err) {
@@ -333,6 +321,7 @@ function noteDisorder(deps: PollerDeps, state: PageState, listed: FeedEvent[], u
       'if it keeps rising, ask the service operators why event ids and timestamps disagree',
   );
   state.disorder = raised;
+  state.auditSoon = true;
 }
 
 function noteUnknownTypes(deps: PollerDeps, state: PageState, fresh: FeedEvent[]): void {
@@ -349,11 +338,6 @@ function noteUnknownTypes(deps: PollerDeps, state: PageState, fresh: FeedEvent[]
     );
     deps.events.emit('event:unknown-type', { source: deps.source.name, eventType: e.event_type });
   }
-}
-
-/** Event types as metric labels: upstream data must not mint series, so unknown types are "unknown". */
-function metricEventTypes(adapter: ServiceAdapter, changes: { event_type: string }[]): string[] {
-  return changes.map((c) => (adapter.knownEventTypes.has(c.event_type) ? c.event_type : 'unknown'));
 }
 
 /**
