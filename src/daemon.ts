@@ -13,6 +13,7 @@ import { openQueueDriver } from './queue/drivers.js';
 import type { QueueAdmin, SinkRuntime } from './queue/queue.js';
 import { Releasers } from './releasers.js';
 import { services } from './services/index.js';
+import { withDeliveryDeadline } from './sinks/deadline.js';
 import { openSink } from './sinks/registry.js';
 import { createUpstreamClient, sourceClientOptions, type UpstreamClient } from './upstream/client.js';
 
@@ -142,11 +143,17 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
 async function openSinks(opts: DaemonOptions, release: Releasers): Promise<SinkRuntime[]> {
   const runtimes: SinkRuntime[] = [];
   for (const sinkConfig of opts.config.sinks) {
-    const sink = await openSink(sinkConfig, {
+    const opened = await openSink(sinkConfig, {
       name: sinkConfig.name,
       logger: opts.logger.child({ sink: sinkConfig.name }),
       configDir: opts.configDir,
     });
+    const sink = withDeliveryDeadline(
+      opened,
+      sinkConfig.name,
+      opts.config.queue.delivery_timeout_ms,
+      opts.logger.child({ sink: sinkConfig.name }),
+    );
     runtimes.push({ name: sinkConfig.name, sink });
     release.add(`sink ${sinkConfig.name}`, () => sink.close());
   }

@@ -111,6 +111,7 @@ const queueSchema = z
     shards: atLeastOne.default(8),
     lease_ttl_ms: durationMs.default(15000),
     allow_volatile_redis: z.boolean().default(false),
+    delivery_timeout_ms: durationMs.default(60000),
   })
   .superRefine((queue, ctx) => {
     if (queue.driver === 'bullmq' && queue.redis_url === undefined) {

@@ -68,6 +68,8 @@ export interface QueueConfig {
   lease_ttl_ms: number;
   /** bullmq: let `poll` start on a Redis that neither snapshots nor appends (cursors live there). */
   allow_volatile_redis: boolean;
+  /** A sink call that has not settled by then counts as failed (retried later). */
+  delivery_timeout_ms: number;
 }
 
 export interface FeedsyncConfig {

@@ -18,6 +18,9 @@ const MIGRATIONS: readonly string[] = [
    );
    CREATE INDEX subjects_resource_type ON subjects (resource_type, deleted);
    CREATE VIEW live_subjects AS SELECT * FROM subjects WHERE deleted = 0;`,
+  // 2: the highest fencing token applied per lease scope (DeliveryFence): a change delivered under
+  // a lower token comes from a process that lost its lease, and is refused.
+  `CREATE TABLE fences (scope TEXT PRIMARY KEY, token INTEGER NOT NULL);`,
 ];
 
 /**

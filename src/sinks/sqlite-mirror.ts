@@ -1,6 +1,7 @@
 // The sqlite mirror sink: the current state of every subject, keyed by subject_url, in its own
-// SQLite file. A per-subject event_id guard makes every change apply at most once and keeps a
-// late (older) change from overwriting newer state.
+// SQLite file. A per-subject guard by position in the source's feed makes every change apply at
+// most once and keeps a late (older) change from overwriting newer state; a fencing-token check in
+// the same transaction refuses the writes of a process that lost its lease.
 import Database from 'better-sqlite3';
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
@@ -9,7 +10,12 @@ import { filterSchema, name, nonEmpty } from '../config/fields.js';
 import { errorMessage, FeedsyncError, RetryLaterError } from '../core/errors.js';
 import type { Change } from '../core/change.js';
 import type { SinkDefinition } from './definition.js';
-import type { Sink, SinkContext } from './sink.js';
+import type { DeliveryContext, Sink, SinkContext } from './sink.js';
+
+/** A write under a fencing token lower than one the mirror already applied: a stale process. */
+class StaleWriterError extends RetryLaterError {
+  override name = 'StaleWriterError';
+}
 import { migrateMirror } from './sqlite-mirror-schema.js';
 
 /** A `type: sqlite` entry of `sinks`. */
@@ -28,7 +34,13 @@ const UPSERT_HEAD = `INSERT INTO subjects
   VALUES (@subject_url, @resource_type, @service, @source, @subject, @event_id, @key, @occurred_at, @deleted)
   ON CONFLICT (subject_url) DO UPDATE SET
     last_event_id = excluded.last_event_id, last_key = excluded.last_key, updated_at = excluded.updated_at`;
-const NEWER = `WHERE excluded.last_event_id > subjects.last_event_id`;
+// Newer by position in the feed: the scheduling feed lists by id; the workflow feed lists by
+// timestamp (its spec), so there a change is newer by (occurred_at, id) — a *_deleted event with a
+// lower id than the last change applied, but listed after it, must still apply. updated_at holds
+// the occurred_at of the change applied (UTC, milliseconds, Z: text order is time order).
+const NEWER = `WHERE CASE WHEN excluded.service = 'workflow'
+    THEN (excluded.updated_at, excluded.last_event_id) > (subjects.updated_at, subjects.last_event_id)
+    ELSE excluded.last_event_id > subjects.last_event_id END`;
 
 const SQL = {
   // present and deleted replace the whole row; deleted keeps it as a tombstone (subject NULL).
@@ -73,6 +85,8 @@ export async function openSqliteSink(
 class SqliteMirrorSink implements Sink {
   private readonly replace: Database.Statement;
   private readonly versionOnly: Database.Statement;
+  private readonly fenceRead: Database.Statement;
+  private readonly fenceWrite: Database.Statement;
   private closed = false;
 
   constructor(
@@ -82,13 +96,30 @@ class SqliteMirrorSink implements Sink {
   ) {
     this.replace = db.prepare(SQL.replace);
     this.versionOnly = db.prepare(SQL.versionOnly);
+    this.fenceRead = db.prepare('SELECT token FROM fences WHERE scope = ?').pluck();
+    this.fenceWrite = db.prepare(
+      'INSERT INTO fences (scope, token) VALUES (?, ?) ON CONFLICT (scope) DO UPDATE SET token = excluded.token',
+    );
+  }
+
+  /** Inside the write's transaction: refuse a token lower than one already applied for its scope. */
+  private fence(context: DeliveryContext | undefined): void {
+    const fence = context?.fence;
+    if (!fence) return;
+    const highest = this.fenceRead.get(fence.scope) as number | undefined;
+    if (highest !== undefined && fence.token < highest)
+      throw new StaleWriterError(
+        `sink "${this.name}": refused a write under ${fence.scope} token ${fence.token}: token ${highest} already wrote (this process lost its lease)`,
+      );
+    if (highest !== fence.token) this.fenceWrite.run(fence.scope, fence.token);
   }
 
   /** One transaction (one fsync) for the whole batch. */
-  async deliverBatch(changes: Change[]): Promise<void> {
+  async deliverBatch(changes: Change[], context?: DeliveryContext): Promise<void> {
     if (this.closed) throw new RetryLaterError(`sink "${this.name}": closed, cannot write ${this.path}`);
     try {
       this.db.transaction(() => {
+        this.fence(context);
         for (const change of changes) this.apply(change);
       })();
     } catch (err) {
@@ -104,9 +135,10 @@ class SqliteMirrorSink implements Sink {
     }
   }
 
-  async deliver(change: Change): Promise<void> {
+  async deliver(change: Change, context?: DeliveryContext): Promise<void> {
     if (this.closed) throw new RetryLaterError(`sink "${this.name}": closed, cannot write ${this.path}`);
-    this.apply(change);
+    if (!context?.fence) return this.apply(change);
+    return this.deliverBatch([change], context);
   }
 
   private apply(change: Change): void {

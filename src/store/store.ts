@@ -19,17 +19,23 @@ export class StoreError extends FeedsyncError {
  * synchronous=NORMAL: a commit survives a process crash (kill -9); on power loss the last commits
  * may roll back together with the cursor they carry, which re-reads events rather than losing them.
  */
-export function openStore(path: string): Db {
+export function openStore(path: string, opts: { busyTimeoutMs?: number } = {}): Db {
   const abs = resolve(path);
   let db: Db;
   try {
     mkdirSync(dirname(abs), { recursive: true });
     accessSync(dirname(abs), constants.W_OK);
+    // Migrations wait as long as it takes another opener to finish; see busyTimeoutMs below.
     db = new Database(abs, { timeout: 5000 });
     db.pragma('journal_mode = WAL');
     db.pragma('synchronous = NORMAL');
     db.pragma('foreign_keys = ON');
     migrate(db);
+    // better-sqlite3 waits for a lock by blocking the thread: the daemon's event loop (/healthz,
+    // the sinks, the pollers) would stop for that long. The daemon asks for a short wait and
+    // retries a busy write itself, asynchronously.
+    if (opts.busyTimeoutMs !== undefined)
+      db.pragma(`busy_timeout = ${Math.max(0, Math.floor(opts.busyTimeoutMs))}`);
   } catch (err) {
     if (err instanceof StoreError) {
       db!.close();

@@ -28,6 +28,7 @@ describe('defaults', () => {
       shards: 8,
       lease_ttl_ms: 15000,
       allow_volatile_redis: false,
+      delivery_timeout_ms: 60000,
     });
     expect(config.sources[0]).toEqual({
       name: 'sched',

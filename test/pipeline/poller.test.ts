@@ -33,6 +33,8 @@ const source = (over: Partial<SourceConfig> = {}): SourceConfig => ({
   timeout_ms: 1000,
   subject_concurrency: 4,
   compression: true,
+  max_body_bytes: 8 * 1024 * 1024,
+  allowed_origins: [],
   ...over,
 });
 const ev = (id: number, type: string, subject: string): Resource => ({

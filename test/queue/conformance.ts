@@ -179,6 +179,33 @@ export function describeQueueDriverConformance(name: string, harness: DriverHarn
       expect((await q.counts('sink')).dead).toBe(0);
     });
 
+    it('waits as a Retry-After on a batch asks, retrying the batch as one call, not change by change at once', async () => {
+      const changes = Array.from({ length: 5 }, (_, i) => makeChange(`batch-${i}`));
+      const calls: { n: number; at: number }[] = [];
+      const delivered: string[] = [];
+      let refusals = 0;
+      const sink: Sink = {
+        async deliver(c) {
+          calls.push({ n: 1, at: Date.now() });
+          delivered.push(c.key);
+        },
+        async deliverBatch(cs) {
+          calls.push({ n: cs.length, at: Date.now() });
+          if (refusals++ < 2) throw new RetryLaterError('busy', 200);
+          delivered.push(...cs.map((c) => c.key));
+        },
+        async close() {},
+      };
+      const q = await open({ sink }, { concurrency: 1, shards: 1, backoff_ms: 5, max_backoff_ms: 2_000 });
+      await q.commit(changes, 5);
+      await waitFor(() => delivered.length === 5, 20_000, 'the batch delivered after two throttled answers');
+      expect(delivered).toEqual(changes.map((c) => c.key));
+      // Three calls of the whole batch, each after the 200 ms asked for; no single-change call.
+      expect(calls.map((c) => c.n)).toEqual([5, 5, 5]);
+      expect(calls[1]!.at - calls[0]!.at).toBeGreaterThanOrEqual(180);
+      expect(calls[2]!.at - calls[1]!.at).toBeGreaterThanOrEqual(180);
+    });
+
     it('dead-letters a NeverError at once, after one attempt, naming the cause', async () => {
       const refused = makeChange('never');
       const fine = makeChange('never-other');

@@ -1,5 +1,7 @@
 // Redis goes away and comes back mid-run (appendonly yes, so the queue survives the restart): the
 // `poll` and `work` processes ride it out without exiting, and every change is delivered after.
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { tempDir } from '../support/harness.js';
@@ -89,8 +91,9 @@ describe(`bullmq: redis restart mid-run ${note}`, () => {
       trace.stop();
       const missing = missingKeys(all, readJsonlFiles(dir, 'changes-'));
       const dead = procs.filter((p) => p.exit).map((p) => `${p.pid}: ${JSON.stringify(p.exit)}`);
+      for (const p of procs) writeFileSync(join(dir, `output-${p.pid}.log`), p.text());
       throw new Error(
-        `${err.message}:\n${trace.text()}\n${missing.length} missing (e.g. ${missing.slice(0, 5).join(', ')}); exited: ${dead.join('; ') || 'none'}`,
+        `${err.message} (process output in ${dir}):\n${trace.text()}\n${missing.length} missing (e.g. ${missing.slice(0, 5).join(', ')}); exited: ${dead.join('; ') || 'none'}`,
       );
     });
     trace.stop();

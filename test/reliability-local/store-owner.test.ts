@@ -31,60 +31,68 @@ describe(`one owner per store (RELIABILITY_SEED=${SEED})`, () => {
     await sandbox?.close();
   });
 
-  it('a second run on the same store waits as a standby, is not ready, and delivers nothing twice', async () => {
-    const files = writeRunConfig(sandbox, tempDir('feedsync-owner-'), { queue: { lease_ttl_ms: TTL_MS } });
-    const first = await startRun(files);
-    const second = await startRun(files);
-    for (const service of SERVICES)
-      await second.waitForLog(
-        (l) => typeof l.msg === 'string' && l.msg.startsWith(`waiting for source ${service} held by `),
-        5000,
-        `the standby to say it waits for ${service}`,
+  it(
+    'a second run on the same store waits as a standby, is not ready, and delivers nothing twice',
+    { timeout: 120_000 },
+    async () => {
+      const files = writeRunConfig(sandbox, tempDir('feedsync-owner-'), { queue: { lease_ttl_ms: TTL_MS } });
+      const first = await startRun(files);
+      const second = await startRun(files);
+      for (const service of SERVICES)
+        await second.waitForLog(
+          (l) => typeof l.msg === 'string' && l.msg.startsWith(`waiting for source ${service} held by `),
+          5000,
+          `the standby to say it waits for ${service}`,
+        );
+      const port = (await second.waitForLog((l) => l.msg === 'feedsync started', 1000)).metrics_port;
+      const ready = await fetch(`http://127.0.0.1:${String(port)}/readyz`);
+      expect(ready.status).toBe(503);
+      expect(await ready.text()).toContain('store_owner');
+
+      const changes = await waitForAllKeys(files.jsonlPath, sandboxKeys(sandbox), 60_000, `seed ${SEED}`);
+      await sleep(500);
+      const copies = [...countKeys(readJsonl(files.jsonlPath))].filter(([, n]) => n > 1);
+      expect(copies, `seed ${SEED}: delivered more than once`).toEqual([]);
+      expect(changes.length).toBeGreaterThan(0);
+      expect(second.exit).toBeUndefined();
+      expect(await first.stop(8000)).toEqual({ code: 0, signal: null });
+      expect(await second.stop(8000)).toEqual({ code: 0, signal: null });
+    },
+  );
+
+  it(
+    'a run frozen past its lease writes nothing once resumed and exits 1; only its in-flight deliveries are copies, and it counts them',
+    { timeout: 150_000 },
+    async () => {
+      const files = writeRunConfig(sandbox, tempDir('feedsync-freeze-'), {
+        queue: { lease_ttl_ms: TTL_MS },
+        concurrency: 2,
+      });
+      const frozen = await startRun(files);
+      const standby = await startRun(files);
+      // Freeze it mid-drain.
+      await waitForPartial(files.jsonlPath, 200);
+      frozen.signal('SIGSTOP');
+      await waitForAllKeys(files.jsonlPath, sandboxKeys(sandbox), 60_000, `seed ${SEED}: the standby drains`);
+      frozen.signal('SIGCONT');
+      const exit = await frozen.waitForExit(15_000);
+      expect(exit.code, frozen.text().slice(-2000)).toBe(1);
+      expect(frozen.text()).toContain('no longer owns the store');
+
+      await sleep(500);
+      const copies = [...countKeys(readJsonl(files.jsonlPath))].filter(([, n]) => n > 1);
+      // Deliveries the frozen process finished after losing the store: it logs each such call.
+      const reported = frozen
+        .logs()
+        .filter((l) => l.msg === 'a delivery finished after another process took the store over')
+        .reduce((n, l) => n + Number(l.keys), 0);
+      expect(copies.length, `seed ${SEED}: copies ${JSON.stringify(copies.slice(0, 5))}`).toBeLessThanOrEqual(
+        reported,
       );
-    const port = (await second.waitForLog((l) => l.msg === 'feedsync started', 1000)).metrics_port;
-    const ready = await fetch(`http://127.0.0.1:${String(port)}/readyz`);
-    expect(ready.status).toBe(503);
-    expect(await ready.text()).toContain('store_owner');
-
-    const changes = await waitForAllKeys(files.jsonlPath, sandboxKeys(sandbox), 60_000, `seed ${SEED}`);
-    await sleep(500);
-    const copies = [...countKeys(readJsonl(files.jsonlPath))].filter(([, n]) => n > 1);
-    expect(copies, `seed ${SEED}: delivered more than once`).toEqual([]);
-    expect(changes.length).toBeGreaterThan(0);
-    expect(second.exit).toBeUndefined();
-    expect(await first.stop(8000)).toEqual({ code: 0, signal: null });
-    expect(await second.stop(8000)).toEqual({ code: 0, signal: null });
-  });
-
-  it('a run frozen past its lease writes nothing once resumed and exits 1; only its in-flight deliveries are copies, and it counts them', async () => {
-    const files = writeRunConfig(sandbox, tempDir('feedsync-freeze-'), {
-      queue: { lease_ttl_ms: TTL_MS },
-      concurrency: 2,
-    });
-    const frozen = await startRun(files);
-    const standby = await startRun(files);
-    // Freeze it mid-drain.
-    await waitForPartial(files.jsonlPath, 200);
-    frozen.signal('SIGSTOP');
-    await waitForAllKeys(files.jsonlPath, sandboxKeys(sandbox), 60_000, `seed ${SEED}: the standby drains`);
-    frozen.signal('SIGCONT');
-    const exit = await frozen.waitForExit(15_000);
-    expect(exit.code, frozen.text().slice(-2000)).toBe(1);
-    expect(frozen.text()).toContain('no longer owns the store');
-
-    await sleep(500);
-    const copies = [...countKeys(readJsonl(files.jsonlPath))].filter(([, n]) => n > 1);
-    // Deliveries the frozen process finished after losing the store: it logs each such call.
-    const reported = frozen
-      .logs()
-      .filter((l) => l.msg === 'a delivery finished after another process took the store over')
-      .reduce((n, l) => n + Number(l.keys), 0);
-    expect(copies.length, `seed ${SEED}: copies ${JSON.stringify(copies.slice(0, 5))}`).toBeLessThanOrEqual(
-      reported,
-    );
-    expect(standby.exit).toBeUndefined();
-    expect(await standby.stop(8000)).toEqual({ code: 0, signal: null });
-  });
+      expect(standby.exit).toBeUndefined();
+      expect(await standby.stop(8000)).toEqual({ code: 0, signal: null });
+    },
+  );
 });
 
 async function waitForPartial(jsonlPath: string, n: number): Promise<void> {

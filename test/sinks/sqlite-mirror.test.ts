@@ -94,6 +94,38 @@ describe('sqlite mirror sink', () => {
     return makeChange({ subjectId, event_id: eventId, ...fields });
   }
 
+  it('orders a workflow subject by the feed (timestamp, then id): a later *_deleted with a lower id applies', async () => {
+    const sink = await openFresh();
+    const wf = { service: 'workflow' as const, source: 'workflow' };
+    const updated = about(2, 50, { ...wf, occurred_at: '2026-11-20T10:00:00.000Z' });
+    const deleted = about(2, 40, {
+      ...wf,
+      event_type: 'job_deleted',
+      subject_state: 'deleted',
+      subject: null,
+      occurred_at: '2026-11-20T10:00:05.000Z',
+    });
+    await sink.deliver(updated);
+    await sink.deliver(deleted);
+    expect(row(updated.subject_url!)).toMatchObject({ deleted: 1, last_event_id: 40 });
+    // The copy of the older one, delivered late, changes nothing.
+    await sink.deliver(updated);
+    expect(row(updated.subject_url!)).toMatchObject({ deleted: 1, last_event_id: 40 });
+  });
+
+  it('refuses, in the same transaction, a write under a lower fencing token than one already applied', async () => {
+    const sink = await openFresh();
+    const fence = (token: number) => ({ fence: { scope: 'store:/x', token, valid: () => true } });
+    await sink.deliver(about(3, 10), fence(2));
+    await expect(sink.deliver(about(3, 11), fence(1))).rejects.toThrow(
+      /store:\/x token 1: token 2 already wrote/,
+    );
+    expect(row(about(3, 10).subject_url!)).toMatchObject({ last_event_id: 10 });
+    await expect(sink.deliverBatch!([about(3, 12)], fence(1))).rejects.toThrow(/lost its lease/);
+    await sink.deliver(about(3, 13), fence(3));
+    expect(row(about(3, 13).subject_url!)).toMatchObject({ last_event_id: 13 });
+  });
+
   it('stores the subject as JSON with its version, queryable from another connection', async () => {
     const sink = await openFresh();
     const change = about(1, 10);
@@ -117,7 +149,7 @@ describe('sqlite mirror sink', () => {
     );
     expect(name).toBe(change.subject!.name);
     expect(withReader(path, (db) => db.pragma('journal_mode', { simple: true }))).toBe('wal');
-    expect(withReader(path, (db) => db.pragma('user_version', { simple: true }))).toBe(1);
+    expect(withReader(path, (db) => db.pragma('user_version', { simple: true }))).toBe(2);
   });
 
   it('never lets an older event overwrite a newer one', async () => {

@@ -9,10 +9,13 @@
 // that sink's workers). A sink with deliverBatch gets runs of a slice in one call (never two
 // changes of one subject in a call); after a failed batch the job goes on one change at a time.
 //
+// Ownership. A worker delivers a slice only under the shard's lease (shard-lease.ts), checked by
+// its monotonic clock before each sink call; a worker frozen past it hands the slice back.
+//
 // Progress. The job's progress is `{ done, attempts }` (attempts.ts): the delivered prefix of the
-// slice and the attempts spent on change `done`. It is written only when a delivery fails, when a
-// change is dead-lettered and on hand-back, not after each success: a process killed mid-slice
-// restarts it from the last recorded `done`, delivering some changes again (same keys; allowed),
+// slice and the attempts spent on change `done`. It is written after every sink call, fenced by the
+// shard lease (sent without waiting for the answer): a process killed mid-slice restarts it from
+// the last recorded `done`, delivering at most the calls in flight again (same keys; allowed),
 // never skipping one.
 //
 // Retries. BullMQ's own backoff would move a failed job to "delayed" and let the shard carry on with
@@ -44,6 +47,8 @@ import { settledWithin } from './hand-back.js';
 import { assertSinkName, bullPrefix, shardIndexes, shardQueueName } from './names.js';
 import { closeRedis, createRedisConnection, requireRedisUrl } from './redis.js';
 import { Semaphore, SemaphoreClosedError } from './semaphore.js';
+import { defaultOwner } from './lease.js';
+import { ShardLeases } from './shard-lease.js';
 import { deliverSlice, type SliceDeliveryContext } from './slice-delivery.js';
 import type { ChangeSlice } from './slice.js';
 
@@ -74,11 +79,13 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
   const shardWorkers: ShardWorker[] = [];
   const queues: Queue[] = [];
   let connection: Redis | undefined;
+  let leaseConnection: Redis | undefined;
+  let shardLeases: ShardLeases | undefined;
   let started: Promise<void> | undefined;
   let stopping: Promise<void> | undefined;
 
-  function processorFor(ctx: SliceDeliveryContext, semaphore: Semaphore) {
-    return async (job: Job<ChangeSlice>): Promise<void> => {
+  function processorFor(ctx: SliceDeliveryContext, shard: number, semaphore: Semaphore) {
+    return async (job: Job<ChangeSlice>, token?: string): Promise<void> => {
       let release: () => void;
       try {
         release = await semaphore.acquire();
@@ -87,7 +94,14 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
         throw err;
       }
       try {
-        await deliverSlice(ctx, job);
+        // One worker delivers a shard at a time, fenced (shard-lease.ts); stopping: hand it back.
+        const lease = await shardLeases!.acquire(ctx.runtime.name, shard, stopRequested.signal);
+        if (!lease) throw new RateLimitError();
+        try {
+          await deliverSlice(ctx, job, token ?? '', lease);
+        } finally {
+          await lease.release();
+        }
       } finally {
         release();
       }
@@ -134,6 +148,14 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
 
   async function startWorkers(): Promise<void> {
     connection = createRedisConnection(requireRedisUrl(config), 'worker', opts.logger);
+    leaseConnection = createRedisConnection(requireRedisUrl(config), 'lock', opts.logger);
+    shardLeases = new ShardLeases({
+      connection: leaseConnection,
+      prefix: config.prefix,
+      ttlMs: config.lease_ttl_ms,
+      owner: defaultOwner(),
+      logger: opts.logger,
+    });
     for (const runtime of opts.sinks) {
       const semaphore = new Semaphore(config.concurrency);
       semaphores.set(runtime.name, semaphore);
@@ -165,7 +187,7 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
           stopping: stopRequested.signal,
           handBack: handBack.signal,
         };
-        const worker = new Worker<ChangeSlice>(name, processorFor(ctx, semaphore), {
+        const worker = new Worker<ChangeSlice>(name, processorFor(ctx, shard, semaphore), {
           connection,
           prefix,
           concurrency: 1,
@@ -174,10 +196,11 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
           // A stall (process killed mid-slice) counts like a failed attempt of the slice.
           maxStalledCount: config.attempts,
           // A killed worker's job blocks its whole shard (global concurrency 1) until it is found
-          // stalled: lock 10 s (renewed every 5 s while a delivery runs) and a check every 5 s
-          // bound that to ~15 s instead of BullMQ's default 30 + 30 s.
-          lockDuration: 10_000,
-          stalledInterval: 5_000,
+          // stalled. The job lock lasts as long as the shard lease (queue.lease_ttl_ms, default
+          // 15 s), so the job comes free when the lease does, and a check every half of it bounds
+          // that to ~1.5 TTL instead of BullMQ's default 30 + 30 s.
+          lockDuration: config.lease_ttl_ms,
+          stalledInterval: Math.max(500, Math.floor(config.lease_ttl_ms / 2)),
         });
         worker.on('error', (err: Error) =>
           logger.warn({ queue: name, err: errorMessage(err) }, 'worker error'),
@@ -222,6 +245,7 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
       }
       await settledWithin(Promise.allSettled(queues.map((q) => q.close())), 1_000);
       if (connection) await closeRedis(connection);
+      if (leaseConnection) await closeRedis(leaseConnection);
       await settledWithin(Promise.allSettled(shardWorkers.map((s) => s.running)), 1_000);
     })();
     return stopping;

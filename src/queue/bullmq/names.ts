@@ -15,6 +15,8 @@
 //   source state    `{feedsync}:source:scheduling`  hash: cursor, seen_above and poll status
 //   source lease    `{feedsync}:lease:scheduling`   `<token> <owner>`, expires unless renewed
 //   lease token     `{feedsync}:lease-token:scheduling`  counter, +1 per acquisition (fencing)
+//   shard lease     `{feedsync}:shard-lease:hook.2` `<token> <owner>` of the worker delivering a slice
+//   shard token     `{feedsync}:shard-lease-token:hook.2`  counter, +1 per acquisition (fencing)
 //   pollers         `{feedsync}:pollers`            zset of live poll replicas, score = expiry
 //   commit stats    `{feedsync}:commit-stats`       hash: pages and slice jobs committed
 //
@@ -94,6 +96,16 @@ export function leaseKey(prefix: string, source: string): string {
 /** Never expires: a token is never handed out twice, even after the lease key expired. */
 export function leaseTokenKey(prefix: string, source: string): string {
   return `${bullPrefix(prefix)}:lease-token:${source}`;
+}
+
+/** The lease of one sink shard's deliveries (shard-lease.ts): `<token> <owner>`, expires unless renewed. */
+export function shardLeaseKey(prefix: string, sink: string, shard: number): string {
+  return `${bullPrefix(prefix)}:shard-lease:${sink}.${shard}`;
+}
+
+/** Counter, +1 per acquisition of the shard lease (its fencing token). */
+export function shardLeaseTokenKey(prefix: string, sink: string, shard: number): string {
+  return `${bullPrefix(prefix)}:shard-lease-token:${sink}.${shard}`;
 }
 
 export function pollersKey(prefix: string): string {

@@ -51,15 +51,21 @@ function parseRedisUrl(url: string): URL {
   return parsed;
 }
 
+/** See ROLE_OPTIONS: no reply by then and a fenced command fails (a frozen Redis, a cut mid-command). */
+const FENCED_COMMAND_TIMEOUT_MS = 5_000;
+
 const ROLE_OPTIONS: Record<RedisRole, RedisOptions> = {
   worker: { maxRetriesPerRequest: null, enableReadyCheck: true },
   // Fenced writes (page commits, leases) are never re-sent on a new connection: a MULTI…EXEC
   // re-sent after a cut would run without its WATCH, i.e. unfenced. The caller retries instead.
+  // ioredis then simply drops the commands that were in flight at the cut (their promises never
+  // settle), so every command also has a deadline (`commandTimeout`): it fails instead of hanging.
   producer: {
     maxRetriesPerRequest: 1,
     enableOfflineQueue: false,
     connectTimeout: 5_000,
     autoResendUnfulfilledCommands: false,
+    commandTimeout: FENCED_COMMAND_TIMEOUT_MS,
   },
   admin: { maxRetriesPerRequest: 2, connectTimeout: 5_000 },
   lock: {
@@ -67,6 +73,7 @@ const ROLE_OPTIONS: Record<RedisRole, RedisOptions> = {
     enableOfflineQueue: false,
     connectTimeout: 5_000,
     autoResendUnfulfilledCommands: false,
+    commandTimeout: FENCED_COMMAND_TIMEOUT_MS,
   },
 };
 

@@ -4,7 +4,7 @@ import { RateLimitError, type Job, type Queue } from 'bullmq';
 import type { Logger } from 'pino';
 import { sleep } from '../../backoff.js';
 import type { QueueConfig } from '../../config/types.js';
-import { errorMessage } from '../../core/errors.js';
+import { errorMessage, RetryLaterError } from '../../core/errors.js';
 import type { Change } from '../../core/change.js';
 import type { PipelineEvents } from '../../core/events.js';
 import { decideAfterFailure, retryDelayMs } from '../delivery-policy.js';
@@ -13,6 +13,7 @@ import type { SinkRuntime } from '../queue.js';
 import { progressOf, type SliceProgress } from './attempts.js';
 import { buryChanges, type DeadChange } from './dead-letters.js';
 import { HandedBack, raceHandBack, settledWithin } from './hand-back.js';
+import type { ShardLease } from './shard-lease.js';
 import { batchRunLength, changesOf, type ChangeSlice } from './slice.js';
 
 export interface SliceDeliveryContext {
@@ -36,20 +37,56 @@ const HAND_OVER_MS = 1_000;
 /** Where this run of the job stands; `persisted` is the `done` that Redis knows about. */
 interface Position extends SliceProgress {
   persisted: number;
+  lease: ShardLease;
+  lockToken: string;
+  jobKey: string;
+  /** The last progress write sent (they go out in order on one connection). */
+  saving: Promise<unknown>;
+  /** A progress write found the lease taken: another worker owns the shard now. */
+  taken: boolean;
 }
 
 /**
  * Resolves when every change of the slice was delivered or dead-lettered; throws RateLimitError to
  * put the job back at the head of its shard (a retry is due later, or the process is stopping).
  */
-export async function deliverSlice(ctx: SliceDeliveryContext, job: Job<ChangeSlice>): Promise<void> {
+export async function deliverSlice(
+  ctx: SliceDeliveryContext,
+  job: Job<ChangeSlice>,
+  lockToken: string,
+  lease: ShardLease,
+): Promise<void> {
   const changes = changesOf(job.data, job.id);
-  const progress = progressOf(job);
-  const at: Position = { ...progress, persisted: progress.done };
+  const jobKey = ctx.shardQueue.toKey(job.id!);
+  // Read again now that the shard is ours: waiting for it, the job may have gone to another worker.
+  let current: unknown;
+  try {
+    current = await lease.claim(jobKey, lockToken);
+  } catch (err) {
+    // Redis away: give the job back (no attempt spent) rather than fail it and bury its changes.
+    ctx.logger.warn({ job: job.id, err: errorMessage(err) }, 'cannot read the slice from redis; handed back');
+    throw new RateLimitError();
+  }
+  if (current === undefined) {
+    ctx.logger.warn({ job: job.id }, 'the job went to another worker while this one waited for its shard');
+    throw new RateLimitError();
+  }
+  const progress = progressOf({ progress: current as Job['progress'] });
+  const at: Position = {
+    ...progress,
+    persisted: progress.done,
+    lease,
+    lockToken,
+    jobKey,
+    saving: Promise.resolve(),
+    taken: false,
+  };
   // After a failed batch this run goes one by one, so the failing change is found and retried alone.
   let batching = Boolean(ctx.runtime.sink.deliverBatch);
   while (at.done < changes.length) {
     if (ctx.stopping.aborted || ctx.handBack.aborted) await handOver(ctx, job, at);
+    // Paused past the lease, or the shard taken: start nothing more (see shard-lease.ts).
+    if (at.taken || !lease.valid()) await handOver(ctx, job, at);
     if (batching && at.attempts === 0) {
       const length = batchRunLength(changes, at.done, MAX_BATCH);
       if (length > 1) {
@@ -71,9 +108,20 @@ async function deliverBatch(
 ): Promise<boolean> {
   const started = performance.now();
   try {
-    await raceHandBack(ctx.runtime.sink.deliverBatch!(batch), ctx.handBack);
+    await raceHandBack(ctx.runtime.sink.deliverBatch!(batch, { fence: at.lease.fence() }), ctx.handBack);
   } catch (err) {
     if (err instanceof HandedBack) await handOver(ctx, job, at);
+    // The sink asked to wait (Retry-After): the whole batch waits as asked, at the head of its
+    // shard, instead of being retried change by change at once.
+    if (err instanceof RetryLaterError && err.retryAfterMs !== undefined) {
+      const decision = decideAfterFailure(err, at.attempts, ctx.config);
+      if (decision.outcome === 'retry') {
+        const report = { ...ctx, sink: ctx.runtime.name };
+        for (const change of batch)
+          reportFailed(report, change.key, decision, err, (performance.now() - started) / 1000);
+        await waitAtHead(ctx, at, { done: at.done, attempts: at.attempts }, decision.delayMs);
+      }
+    }
     ctx.logger.info(
       { first: batch[0]!.key, changes: batch.length, err: errorMessage(err) },
       'batch delivery failed; delivering its changes one by one',
@@ -82,6 +130,7 @@ async function deliverBatch(
   }
   const durationSeconds = (performance.now() - started) / 1000;
   reportDelivered(ctx.events, ctx.runtime.name, batch, durationSeconds);
+  persist(ctx, at, at.done + batch.length, batch.length);
   return true;
 }
 
@@ -96,7 +145,7 @@ async function deliverOne(
   const started = performance.now();
   const seconds = (): number => (performance.now() - started) / 1000;
   try {
-    await raceHandBack(runtime.sink.deliver(change), ctx.handBack);
+    await raceHandBack(runtime.sink.deliver(change, { fence: at.lease.fence() }), ctx.handBack);
   } catch (err) {
     if (err instanceof HandedBack) await handOver(ctx, job, at);
     const decision = decideAfterFailure(err, at.attempts, config);
@@ -112,11 +161,37 @@ async function deliverOne(
       return;
     }
     reportFailed(report, key, decision, err, seconds());
-    await waitAtHead(ctx, job, { done: at.done, attempts: decision.attempts }, decision.delayMs);
+    await waitAtHead(ctx, at, { done: at.done, attempts: decision.attempts }, decision.delayMs);
   }
   reportDelivered(ctx.events, runtime.name, [change], seconds());
+  persist(ctx, at, at.done + 1, 1);
   at.done++;
   at.attempts = 0;
+}
+
+/**
+ * Records that the slice got to `done` (fenced by the shard lease, sent without waiting: writes
+ * go out in order on one connection). A write refused because another worker took the shard means
+ * the `delivered` changes just delivered were in flight when this worker lost it: they are counted,
+ * and the new owner delivers them again.
+ */
+function persist(ctx: SliceDeliveryContext, at: Position, done: number, delivered: number): void {
+  at.saving = at.lease.saveProgress(at.jobKey, at.lockToken, { done, attempts: 0 }).then(
+    (written) => {
+      if (written) {
+        at.persisted = Math.max(at.persisted, done);
+        return;
+      }
+      at.taken = true;
+      ctx.events.emit('delivery:after-lease-loss', { sink: ctx.runtime.name, changes: delivered });
+      ctx.logger.warn(
+        { changes: delivered },
+        'a delivery finished after another worker took the shard over; it will deliver these changes again',
+      );
+    },
+    (err: unknown) =>
+      ctx.logger.warn({ err: errorMessage(err) }, 'cannot record slice progress in redis; will retry'),
+  );
 }
 
 /**
@@ -137,13 +212,14 @@ async function deadLetter(
       { key: entry.change.key, err: errorMessage(err) },
       'cannot dead-letter in redis; will retry',
     );
-    await waitAtHead(ctx, job, { done: at.done, attempts: at.attempts }, retryDelayMs(1, ctx.config));
+    await waitAtHead(ctx, at, { done: at.done, attempts: at.attempts }, retryDelayMs(1, ctx.config));
   }
   at.done++;
   at.attempts = 0;
   try {
-    await job.updateProgress({ done: at.done, attempts: 0 });
-    at.persisted = at.done;
+    if (await at.lease.saveProgress(at.jobKey, at.lockToken, { done: at.done, attempts: 0 }))
+      at.persisted = at.done;
+    else at.taken = true;
   } catch (err) {
     // The dead letter is durable; a crash before the next save only means trying it once more.
     ctx.logger.warn(
@@ -159,18 +235,21 @@ async function deadLetter(
  */
 async function waitAtHead(
   ctx: SliceDeliveryContext,
-  job: Job<ChangeSlice>,
+  at: Position,
   progress: SliceProgress,
   delayMs: number,
 ): Promise<never> {
   try {
-    await job.updateProgress(progress);
+    await at.saving;
+    // Another worker owns the shard: leave the retry to it.
+    if (!(await at.lease.saveProgress(at.jobKey, at.lockToken, progress))) throw new RateLimitError();
     await ctx.shardQueue.rateLimit(delayMs);
   } catch (bookkeeping) {
+    if (bookkeeping instanceof RateLimitError) throw bookkeeping;
     // Without the limiter key the shard would retry at once; wait here instead (the worker keeps
     // renewing the job lock meanwhile). The attempt may go uncounted: Redis is failing anyway.
     ctx.logger.warn(
-      { job: job.id, err: errorMessage(bookkeeping) },
+      { job: at.jobKey, err: errorMessage(bookkeeping) },
       'cannot record retry in redis; waiting in-process',
     );
     await sleep(delayMs, ctx.handBack);
@@ -178,12 +257,18 @@ async function waitAtHead(
   throw new RateLimitError();
 }
 
-/** Stopping: record how far the slice got (fewer duplicates next time), give the job back. */
+/**
+ * Stopping, or the shard lost: let the progress writes in flight land (never holding a stop up for
+ * long), record how far the slice got if it is still ours, and give the job back.
+ */
 async function handOver(ctx: SliceDeliveryContext, job: Job<ChangeSlice>, at: Position): Promise<never> {
-  if (at.done > at.persisted) {
-    const saved = job.updateProgress({ done: at.done, attempts: at.attempts });
+  await settledWithin(at.saving, HAND_OVER_MS);
+  if (at.done > at.persisted && !at.taken) {
+    const saved = at.lease.saveProgress(at.jobKey, at.lockToken, { done: at.done, attempts: at.attempts });
     saved.catch(() => undefined);
     await settledWithin(saved, HAND_OVER_MS);
   }
+  if (at.taken || !at.lease.valid())
+    ctx.logger.warn({ job: job.id }, "the shard lease is no longer this worker's; slice handed back");
   throw new RateLimitError();
 }

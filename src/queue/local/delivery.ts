@@ -15,6 +15,8 @@ import type { StoreOwnership } from './ownership.js';
 import { LEASE_LOST_MESSAGE } from '../../store/store-lease.js';
 
 const IDLE_RECHECK_MS = 1000;
+/** A busy store write is retried this many times (backing off to 1 s: ~10 s in all) before the rows are left queued. */
+const BUSY_RETRIES = 14;
 /**
  * A logged page's change becoming a `deliveries` row under the id it was reserved. A key already
  * queued for the sink is skipped; an id already taken is an error (the move is refused and the
@@ -420,12 +422,14 @@ export class LocalDelivery implements DeliveryRunner {
         await runtime.sink.deliver(changes[0]!, context);
       else await runtime.sink.deliverBatch(changes, context);
     } catch (err) {
-      this.record(runtime, rows, () => this.failed(runtime, rows, err, (performance.now() - started) / 1000));
+      await this.record(runtime, rows, () =>
+        this.failed(runtime, rows, err, (performance.now() - started) / 1000),
+      );
       return true;
     }
     // If the store cannot take the acknowledgement (disk full), the rows stay queued and are
     // delivered again later: the sinks drop the duplicate by key.
-    if (!this.record(runtime, rows, () => this.acknowledge(lane, rows))) return true;
+    if (!(await this.record(runtime, rows, () => this.acknowledge(lane, rows)))) return true;
     this.backlog.add(runtime.name, -rows.length);
     reportDelivered(this.events, runtime.name, changes, (performance.now() - started) / 1000);
     return false;
@@ -468,27 +472,39 @@ export class LocalDelivery implements DeliveryRunner {
     else this.ackList.run(JSON.stringify(rows.map((r) => r.id)));
   }
 
-  /** Run a store write about delivered rows; a store that cannot take it is logged, never fatal. */
-  private record(runtime: SinkRuntime, rows: Row[], write: () => void): boolean {
-    try {
-      write();
-      return true;
-    } catch (err) {
-      if (errorMessage(err).includes(LEASE_LOST_MESSAGE)) {
-        // In flight when this process lost the store: the new owner delivers these again.
-        this.events.emit('delivery:after-lease-loss', { sink: runtime.name, changes: rows.length });
-        this.logger.warn(
-          { sink: runtime.name, keys: rows.length },
-          'a delivery finished after another process took the store over; it will deliver these changes again',
-        );
-        return false;
+  /**
+   * Run a store write about delivered rows; a store that cannot take it is logged, never fatal.
+   * Another process holding the store's write lock (an ops command, a standby's claim) is waited
+   * out here, off the event loop, for a while before the rows are left queued.
+   */
+  private async record(runtime: SinkRuntime, rows: Row[], write: () => void): Promise<boolean> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        write();
+        return true;
+      } catch (err) {
+        if ((err as { code?: string }).code !== 'SQLITE_BUSY' || attempt >= BUSY_RETRIES)
+          return this.unrecorded(runtime, rows, err);
+        await new Promise((r) => setTimeout(r, Math.min(1000, 20 * 2 ** attempt)));
       }
-      this.logger.error(
-        { sink: runtime.name, keys: rows.length, err: errorMessage(err) },
-        'cannot record a delivery outcome in the store; the changes stay queued',
+    }
+  }
+
+  private unrecorded(runtime: SinkRuntime, rows: Row[], err: unknown): false {
+    if (errorMessage(err).includes(LEASE_LOST_MESSAGE)) {
+      // In flight when this process lost the store: the new owner delivers these again.
+      this.events.emit('delivery:after-lease-loss', { sink: runtime.name, changes: rows.length });
+      this.logger.warn(
+        { sink: runtime.name, keys: rows.length },
+        'a delivery finished after another process took the store over; it will deliver these changes again',
       );
       return false;
     }
+    this.logger.error(
+      { sink: runtime.name, keys: rows.length, err: errorMessage(err) },
+      'cannot record a delivery outcome in the store; the changes stay queued',
+    );
+    return false;
   }
 
   private failed(runtime: SinkRuntime, rows: Row[], err: unknown, durationSeconds: number): void {

@@ -13,6 +13,7 @@ import { LocalDelivery } from './delivery.js';
 import { LocalProducer } from './producer.js';
 
 const RECOUNT_MS = 10_000;
+const RUN_BUSY_TIMEOUT_MS = 100;
 
 export const createLocalDriver: DriverFactory = async ({ config, mode, sinks, events, logger }) => {
   if (mode === 'poll' || mode === 'work')
@@ -20,7 +21,8 @@ export const createLocalDriver: DriverFactory = async ({ config, mode, sinks, ev
       'queue.driver',
       `"feedsync ${mode}" needs queue.driver: bullmq (the local queue lives inside one "feedsync run" process)`,
     );
-  const db = openStore(config.store.path);
+  // The daemon never blocks its event loop long on another process's lock (see openStore).
+  const db = openStore(config.store.path, mode === 'run' ? { busyTimeoutMs: RUN_BUSY_TIMEOUT_MS } : {});
   const cursors = new CursorStore(db);
   const names = config.sinks.map((s) => s.name);
   const ownership = new StoreOwnership(db, { ttlMs: config.queue.lease_ttl_ms });
