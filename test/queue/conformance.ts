@@ -288,6 +288,20 @@ export function describeQueueDriverConformance(name: string, harness: DriverHarn
       expect(await q.counts('other')).toMatchObject({ dead: 0 });
     });
 
+    it('dlq retry handles more dead letters than one page (read a page at a time), each retried once', async () => {
+      let healed = false;
+      const changes = Array.from({ length: 620 }, (_, i) => makeChange(`many-${i}`));
+      const sink = new RecordingSink({ fail: () => (healed ? undefined : new NeverError('refused')) });
+      const q = await open({ sink });
+      await q.commit(changes, 50);
+      await waitFor(async () => (await q.counts('sink')).dead === 620, 60_000, '620 dead letters');
+      healed = true;
+      expect(await q.driver.admin.retryDead({})).toBe(620);
+      await waitFor(() => sink.delivered.length === 620, 60_000, 'every retried change delivered');
+      expect(new Set(sink.keys()).size).toBe(620);
+      expect(await q.counts('sink')).toMatchObject({ dead: 0 });
+    });
+
     it('gives a retried dead letter a fresh set of attempts', async () => {
       const change = makeChange('fresh');
       let failUntil = 2;

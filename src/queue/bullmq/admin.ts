@@ -30,6 +30,8 @@ interface SinkQueues {
 }
 
 const DEFAULT_LIST_LIMIT = 100;
+/** Dead letters (and failed slices) read into memory at a time by `dlq retry/drop` and `counts`. */
+const DEAD_PAGE = 500;
 const DEFAULT_TIMEOUT_MS = 10_000;
 
 export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
@@ -109,9 +111,10 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
         // peeking at the one job per shard that moves next finds all of them.
         const [head] = await queue.getJobs(['wait'], 0, 0, true);
         if (head && progressOf(head).attempts > 0) total.failed += 1;
-        // Failed slices not yet buried (their worker died first) are dead changes all the same.
-        if ((c.failed ?? 0) > 0) {
-          for (const job of await queue.getJobs(['failed'], 0, -1, true))
+        // Failed slices not yet buried (their worker died first) are dead changes all the same;
+        // read a page at a time, so memory stays bounded however many there are.
+        for (let start = 0; start < (c.failed ?? 0); start += DEAD_PAGE) {
+          for (const job of await queue.getJobs(['failed'], start, start + DEAD_PAGE - 1, true))
             if (job) total.dead += undeliveredCount(job);
         }
       }
@@ -134,28 +137,43 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
   }
 
   /**
+   * Runs `act` on every dead letter matching `filter`, one page of DEAD_PAGE per sink at a time
+   * (memory stays bounded however many there are). `act` must remove the job from the dead queue,
+   * so each page is read from the head again.
+   */
+  async function eachDead(
+    filter: DeadLetterFilter,
+    act: (job: Job<DeadChange>, queues: SinkQueues) => Promise<void>,
+  ): Promise<number> {
+    let done = 0;
+    for (const [, queues] of selectSinks(filter)) {
+      for (const shard of queues.shards) await buryFailedSlices(shard, queues.dead, logger);
+      for (;;) {
+        const page = await deadJobs(queues.dead, filter, DEAD_PAGE);
+        page.sort((a, b) => a.data.failedAt - b.data.failedAt);
+        for (const job of page) await act(job, queues);
+        done += page.length;
+        if (page.length < DEAD_PAGE || filter.key !== undefined) break;
+      }
+    }
+    return done;
+  }
+
+  /**
    * Each change goes back as a one-change slice at the TAIL of its shard, with a fresh set of
    * attempts (the operator decided the cause is fixed), and only then leaves the dead queue.
    */
-  async function retryDead(filter: DeadLetterFilter): Promise<number> {
-    let retried = 0;
-    for (const { job, queues } of await matching(filter)) {
+  function retryDead(filter: DeadLetterFilter): Promise<number> {
+    return eachDead(filter, async (job, queues) => {
       const change = job.data.change;
       const shard = queues.shards[shardOf(change, queues.shards.length)]!;
       await shard.add('slice', { changes: [change] }, { ...jobOptions, jobId: retrySliceJobId(change) });
       await job.remove();
-      retried++;
-    }
-    return retried;
+    });
   }
 
-  async function dropDead(filter: DeadLetterFilter): Promise<number> {
-    let dropped = 0;
-    for (const { job } of await matching(filter)) {
-      await job.remove();
-      dropped++;
-    }
-    return dropped;
+  function dropDead(filter: DeadLetterFilter): Promise<number> {
+    return eachDead(filter, (job) => job.remove());
   }
 
   function close(): Promise<void> {

@@ -68,23 +68,32 @@ export async function buryFailedSlice(job: Job, dead: Queue<DeadChange>): Promis
 }
 
 /** Every failed slice of one shard queue, buried; resolves with the number of changes buried. */
+/** Failed slices read per page by buryFailedSlices. */
+const FAILED_PAGE = 500;
+
 export async function buryFailedSlices(
   shard: Queue,
   dead: Queue<DeadChange>,
   logger: Logger,
 ): Promise<number> {
   let buried = 0;
-  for (const job of await shard.getJobs(['failed'], 0, -1, true)) {
-    if (!job) continue;
-    try {
-      changesOf(job.data, job.id);
-    } catch (err) {
-      // Not a slice: it cannot become dead letters, so it stays visible in Redis for a human
-      // rather than being dropped.
-      logger.error({ queue: shard.name, job: job.id, err: errorMessage(err) }, 'cannot bury failed job');
-      continue;
+  // A page at a time (memory stays bounded); buried jobs leave the set, the ones that cannot be
+  // buried stay, so the next page starts after them.
+  for (let skipped = 0; ;) {
+    const page = await shard.getJobs(['failed'], skipped, skipped + FAILED_PAGE - 1, true);
+    for (const job of page) {
+      if (!job) continue;
+      try {
+        changesOf(job.data, job.id);
+      } catch (err) {
+        // Not a slice: it cannot become dead letters, so it stays visible in Redis for a human
+        // rather than being dropped.
+        logger.error({ queue: shard.name, job: job.id, err: errorMessage(err) }, 'cannot bury failed job');
+        skipped++;
+        continue;
+      }
+      buried += (await buryFailedSlice(job, dead)).length;
     }
-    buried += (await buryFailedSlice(job, dead)).length;
+    if (page.length < FAILED_PAGE) return buried;
   }
-  return buried;
 }

@@ -24,6 +24,9 @@ function where(filter: DeadLetterFilter, sinkNames: string[]): { sql: string; ar
 }
 
 /** status and dlq for the embedded queue; safe to use from another process (the CLI). */
+/** Dead letters handled per transaction (and per page in memory) by `dlq retry`. */
+const DEAD_PAGE = 500;
+
 export class LocalAdmin implements QueueAdmin {
   constructor(
     private readonly db: Db,
@@ -90,23 +93,28 @@ export class LocalAdmin implements QueueAdmin {
     }));
   }
 
+  /**
+   * Moves matching dead letters back to the queue, DEAD_PAGE at a time: memory stays bounded
+   * however many there are, and a running daemon waits for at most one short transaction.
+   */
   async retryDead(filter: DeadLetterFilter): Promise<number> {
     const w = where(filter, this.sinkNames);
+    const select = this.db.prepare(
+      `SELECT id, sink, key, body FROM dead_letters ${w.sql} ORDER BY id LIMIT ?`,
+    );
+    const insert = this.db.prepare(
+      'INSERT OR IGNORE INTO deliveries (sink, key, subject_key, body) VALUES (?, ?, ?, ?)',
+    );
+    const remove = this.db.prepare('DELETE FROM dead_letters WHERE id = ?');
     // IMMEDIATE: this transaction reads before it writes, and a running daemon commits all the
     // time; a deferred one would then fail to upgrade (SQLITE_BUSY) instead of waiting its turn.
-    const move = this.db.transaction(() => {
-      const rows = this.db
-        .prepare(`SELECT id, sink, key, body FROM dead_letters ${w.sql} ORDER BY id`)
-        .all(...w.args) as {
+    const movePage = this.db.transaction((): number => {
+      const rows = select.all(...w.args, DEAD_PAGE) as {
         id: number;
         sink: string;
         key: string;
         body: string;
       }[];
-      const insert = this.db.prepare(
-        'INSERT OR IGNORE INTO deliveries (sink, key, subject_key, body) VALUES (?, ?, ?, ?)',
-      );
-      const remove = this.db.prepare('DELETE FROM dead_letters WHERE id = ?');
       for (const r of rows) {
         const change = JSON.parse(r.body) as Change;
         insert.run(r.sink, r.key, change.subject_url ?? change.key, r.body);
@@ -114,7 +122,12 @@ export class LocalAdmin implements QueueAdmin {
       }
       return rows.length;
     });
-    return move.immediate();
+    let moved = 0;
+    for (;;) {
+      const n = movePage.immediate();
+      moved += n;
+      if (n < DEAD_PAGE) return moved;
+    }
   }
 
   async dropDead(filter: DeadLetterFilter): Promise<number> {
