@@ -365,3 +365,63 @@ describe('local queue: logged pages beside row-by-row sinks', () => {
     }
   });
 });
+
+function logged(storePath: string): number {
+  const db = new Database(storePath, { readonly: true });
+  try {
+    return (db.prepare('SELECT COUNT(*) AS n FROM page_log').get() as { n: number }).n;
+  } finally {
+    db.close();
+  }
+}
+
+describe('local queue: a store write failing while a delivery failure is recorded', () => {
+  it('holds the sink until the logged page is rows again: later changes of the subject never overtake it', async () => {
+    const dir = tempDir();
+    let failFirst = true;
+    const [a1, b1] = [makeChange('order-s'), makeChange('order-t')];
+    const sink = new Recorder((c) => {
+      if (c.key === a1.key && failFirst) {
+        failFirst = false;
+        return new RetryLaterError('down once');
+      }
+      return undefined;
+    });
+    const { driver, storePath } = await open(dir, sink, {
+      concurrency: 2,
+      backoff_ms: 5,
+      max_backoff_ms: 20,
+    });
+    await driver.delivery!.start();
+    // A first page, delivered: the sink is caught up, so the next pages are logged (memory path).
+    const warm = makeChange('order-warm');
+    await commitInPages(driver, [warm], 1);
+    await waitFor(() => sink.delivered.length === 1, 5000, 'the warm-up change');
+    await new Promise((r) => setTimeout(r, 50));
+    // Another connection makes the store refuse to take logged pages back (as a full disk would):
+    // recording a1's failure needs exactly that.
+    const other = new Database(storePath);
+    other.exec(
+      `CREATE TRIGGER refuse_unlog BEFORE DELETE ON page_log BEGIN SELECT RAISE(ABORT, 'injected: disk full'); END`,
+    );
+    await commitInPages(driver, [a1, b1], 2);
+    expect(logged(storePath)).toBe(1);
+    await waitFor(() => !failFirst, 5000, 'a1 refused once');
+    // a1 failed and its page could not be moved: the next change of its subject arrives now.
+    const a2 = makeChange('order-s');
+    await commitInPages(driver, [a2], 1);
+    await new Promise((r) => setTimeout(r, 500));
+    expect(sink.delivered.map((c) => c.key)).not.toContain(a2.key);
+    expect(logged(storePath)).toBe(1);
+    other.exec('DROP TRIGGER refuse_unlog');
+    other.close();
+    await waitFor(
+      () => sink.delivered.some((c) => c.key === a2.key),
+      10_000,
+      'a2 delivered once the store works',
+    );
+    expectSubjectOrder(sink.delivered);
+    const keys = sink.delivered.map((c) => c.key);
+    expect(keys.indexOf(a1.key)).toBeLessThan(keys.indexOf(a2.key));
+  });
+});
