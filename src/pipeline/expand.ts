@@ -4,7 +4,7 @@ import { errorMessage, FeedsyncError, UpstreamAuthError } from '../core/errors.j
 import type { UpstreamClient } from '../upstream/client.js';
 import type { Resource } from '../core/resource.js';
 import type { FeedEvent, SubjectOutcome } from './change.js';
-import type { Limiter } from './limiter.js';
+import type { Semaphore } from '../semaphore.js';
 
 export interface ExpandOptions {
   expandSubject: boolean;
@@ -12,7 +12,7 @@ export interface ExpandOptions {
   gone: GoneSubjects;
   client: UpstreamClient;
   /** The source's subject GETs in flight (`subject_concurrency`), shared by the pages expanding. */
-  limiter: Limiter;
+  limiter: Semaphore;
   signal: AbortSignal;
   logger: Logger;
   retry: { baseMs: number; maxMs: number };

@@ -10,7 +10,7 @@ import type { ServiceAdapter } from '../services/adapter.js';
 import type { UpstreamClient } from '../upstream/client.js';
 import { buildChange, type FeedEvent } from './change.js';
 import { expandSubjects, type Expansion, type GoneSubjects } from './expand.js';
-import type { Limiter } from './limiter.js';
+import type { Semaphore } from '../semaphore.js';
 import type { RecentIds } from './recent-ids.js';
 
 export interface PollerDeps {
@@ -39,7 +39,7 @@ export interface PageState {
   /** Event types already warned about (at most MAX_LOGGED_UNKNOWN_TYPES). */
   unknownTypes: Set<string>;
   gone: GoneSubjects;
-  subjects: Limiter;
+  subjects: Semaphore;
   /** Ids this process committed: a re-listed one is skipped, an unknown one behind the cursor delivered. */
   recent: RecentIds;
   /** The cursor rule's D: the service's bound, raised to the largest disorder a full page showed. */

@@ -7,7 +7,7 @@ import { nextCursor, observedDisorder, PAGE_SIZE } from './cursor.js';
 import { ExpansionAborted, GoneSubjects, type Expansion } from './expand.js';
 import { FeedAudit } from './feed-audit.js';
 import { readFeedEvents } from './feed-page.js';
-import { Limiter } from './limiter.js';
+import { Semaphore } from '../semaphore.js';
 import {
   commitEvents,
   expand,
@@ -33,7 +33,7 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
   const state: PageState = {
     unknownTypes: new Set<string>(),
     gone: new GoneSubjects(),
-    subjects: new Limiter(source.subject_concurrency),
+    subjects: new Semaphore(source.subject_concurrency),
     recent: new RecentIds(),
     disorder: deps.adapter.maxDisorder,
     floor: 0,

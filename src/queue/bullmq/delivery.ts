@@ -46,7 +46,7 @@ import { buryFailedSlice, buryFailedSlices, openDeadQueue, type DeadChange } fro
 import { settledWithin } from './hand-back.js';
 import { assertSinkName, bullPrefix, shardIndexes, shardQueueName } from './names.js';
 import { closeRedis, createRedisConnection, requireRedisUrl } from './redis.js';
-import { Semaphore, SemaphoreClosedError } from './semaphore.js';
+import { Semaphore, SemaphoreClosedError } from '../../semaphore.js';
 import { defaultOwner } from './lease.js';
 import { ShardLeases } from './shard-lease.js';
 import { deliverSlice, type SliceDeliveryContext } from './slice-delivery.js';

@@ -1,4 +1,7 @@
-// A counting semaphore whose waiters can be turned away all at once (on shutdown), so a job that
+// A counting semaphore, first come first served: a source's subject GETs share one (so
+// `subject_concurrency` holds while a page read ahead expands beside the current one, and the
+// current page, submitted first, is served first), and each sink's BullMQ workers share one
+// (`queue.concurrency`). Its waiters can be turned away all at once (on shutdown), so a job that
 // never started delivering can be handed back to the queue instead of holding up stop().
 
 export class SemaphoreClosedError extends Error {
@@ -31,6 +34,16 @@ export class Semaphore {
       if (next) next.resolve();
       else this.available++;
     };
+  }
+
+  /** Runs `task` holding a permit. */
+  async run<T>(task: () => Promise<T>): Promise<T> {
+    const release = await this.acquire();
+    try {
+      return await task();
+    } finally {
+      release();
+    }
   }
 
   /** Reject every current and future waiter; permits already held stay valid until released. */
