@@ -58,6 +58,8 @@ export function benchSource(
     expand_subject: true,
     expand_source: true,
     start_from: 'earliest',
+    max_body_bytes: 8 * 1024 * 1024,
+    allowed_origins: [],
     poll_interval_ms: pollIntervalMs,
     timeout_ms: 30_000,
     subject_concurrency: 8,
@@ -96,7 +98,7 @@ export async function planRequests(source: SourceConfig, maxPages: number): Prom
     for (let page = 0; page < maxPages; page++) {
       const url = feedUrl(source, adapter, position.cursor, source.event_types);
       const res = await getWithAuthRetry(client, url, 'feed');
-      if (res.status === 404) throw new Error(`feed ${url} answered 404`);
+      if (res.status !== 200) throw new Error(`feed ${url} answered ${res.status}`);
       const listed = readFeedEvents(res.resource, url);
       const seen = new Set(position.seenAbove);
       pages.push({ url, fresh: listed.filter((e) => e.id > position.cursor && !seen.has(e.id)) });

@@ -1,15 +1,9 @@
 // Source leases for scaled mode: any number of `poll` replicas, each source polled by one of them at
-// a time. A lease is a Redis key `<token> <owner>` with an expiry, renewed every ttl/3 while held;
-// the token comes from a per-source counter that only grows, so every acquisition has a token no
-// earlier holder had. Page commits check it (page-commit.ts): a holder that was paused past its
-// lease and resumes finds a newer token and writes nothing (fencing).
-//
-// Spreading: every replica heartbeats into a sorted set of live pollers (score = expiry, by Redis'
-// clock). A replica does not take a free lease while it already holds its share,
-// ceil(sources / live replicas), and when it holds more than its share (a replica joined) it lets
-// one lease go per heartbeat, after holding it at least one TTL so that leases do not flap. A dead
-// replica drops out of the set within one TTL, like its leases, so a survivor's share grows just
-// when the dead one's leases expire.
+// a time. A lease is a Redis key `<token> <owner>` with an expiry (lease-scripts.ts), renewed every
+// ttl/3 while held; the token comes from a per-source counter that only grows, so every acquisition
+// has a token no earlier holder had. Page commits check it (page-commit.ts): a holder that was
+// paused past its lease and resumes finds a newer token and writes nothing (fencing). How sources
+// spread over the replicas is replicas.ts.
 import { hostname } from 'node:os';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
@@ -19,6 +13,7 @@ import type { HeldLock, SourceLeases } from '../driver.js';
 import { leaseKey, leaseTokenKey, pollersKey } from './names.js';
 import { closeRedis, createRedisConnection } from './redis.js';
 import { ACQUIRE, ownerOf, RELEASE, RENEW } from './lease-scripts.js';
+import { handOverCandidate, Replicas } from './replicas.js';
 import { holdSource } from './source-hold.js';
 
 export const DEFAULT_LEASE_TTL_MS = 15_000;
@@ -56,14 +51,6 @@ export interface RedisLeasesOptions {
   connection?: Redis;
 }
 
-// Redis' clock, not ours: replicas on hosts with skewed clocks still agree on who is alive.
-const HEARTBEAT = `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if ARGV[2] ~= '0' then redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1]) end
-return redis.call('ZCARD', KEYS[1])`;
-
 interface Held {
   fence: LeaseFence;
   lost: AbortController;
@@ -91,19 +78,14 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
   const logger = opts.logger;
   const ownConnection = !opts.connection;
   const client = opts.connection ?? createRedisConnection(opts.redisUrl, 'lock', logger);
-  const pollersSet = pollersKey(opts.prefix);
+  const replicas = new Replicas(client, pollersKey(opts.prefix), owner, ttl);
   // Standbys retry often enough that a takeover comes well within a second of the expiry.
   const retryMs = Math.min(1_000, Math.floor(ttl / 4));
   const held = new Map<string, Held>();
-  let liveReplicas = 1;
   let closed = false;
   let tick: Promise<void> | undefined;
 
-  const share = (): number => Math.ceil(opts.sources.length / Math.max(1, liveReplicas));
-
-  async function heartbeat(): Promise<void> {
-    liveReplicas = Math.max(1, Number(await client.eval(HEARTBEAT, 1, pollersSet, owner, String(ttl))));
-  }
+  const share = (): number => replicas.share(opts.sources.length);
 
   async function renew(source: string, lease: Held): Promise<void> {
     const sent = performance.now();
@@ -123,14 +105,11 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
 
   /** Over its share (a replica joined): let the longest-held lease go, at most one per beat. */
   function rebalance(): void {
-    const over = held.size - share();
-    if (over <= 0) return;
-    const candidates = [...held].filter(([, h]) => Date.now() - h.since >= ttl && !h.lost.signal.aborted);
-    const oldest = candidates.sort(([, a], [, b]) => a.since - b.since)[0];
-    if (!oldest) return;
-    const [source, lease] = oldest;
+    const source = handOverCandidate(held, share(), ttl);
+    const lease = source === undefined ? undefined : held.get(source);
+    if (!source || !lease) return;
     logger.info(
-      { source, held: held.size, share: share(), replicas: liveReplicas },
+      { source, held: held.size, share: share(), replicas: replicas.live },
       `handing source ${source} over: this replica holds more than its share`,
     );
     lease.lost.abort(
@@ -140,7 +119,7 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
 
   async function beat(): Promise<void> {
     try {
-      await heartbeat();
+      await replicas.beat();
     } catch (err) {
       logger.warn({ err: errorMessage(err) }, 'cannot reach redis for the poller heartbeat; will retry');
     }
@@ -180,7 +159,7 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
   }
 
   async function tryAcquire(source: string): Promise<{ lease?: Held; holder?: string }> {
-    await heartbeat();
+    await replicas.beat();
     if (held.size >= share()) return { holder: await holderOf(source) };
     const sent = performance.now();
     const reply = (await client.eval(
@@ -288,7 +267,7 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
       ),
     );
     held.clear();
-    if (timer) await client.zrem(pollersSet, owner).catch(() => undefined);
+    if (timer) await replicas.leave();
     if (ownConnection) await closeRedis(client);
   }
 
