@@ -102,12 +102,17 @@ function readSecretFiles(raw: Record<string, unknown>, dir: string): Record<stri
     );
   }
   if (Array.isArray(raw.sinks)) {
-    // Only webhooks have a secret; elsewhere `secret_file` is left for the schema to reject.
-    out.sinks = raw.sinks.map((sink, i) =>
-      isRecord(sink) && sink.type === 'webhook'
-        ? readSecretFile(sink, 'secret', joinPath('sinks', i), dir, issues)
-        : sink,
-    );
+    // Only webhooks have a secret and only postgres sinks a secret url; elsewhere `secret_file`
+    // and `url_file` are left for the schema to reject.
+    out.sinks = raw.sinks.map((sink, i) => {
+      if (!isRecord(sink)) return sink;
+      if (sink.type === 'webhook') return readSecretFile(sink, 'secret', joinPath('sinks', i), dir, issues);
+      if (sink.type === 'postgres') {
+        const path = joinPath('sinks', i);
+        return pemFiles(readSecretFile(sink, 'url', path, dir, issues), path, dir, issues);
+      }
+      return sink;
+    });
   }
   if (issues.length > 0) throw toConfigError(issues);
   return out;
@@ -122,6 +127,17 @@ function sourceFiles(
 ): Record<string, unknown> {
   let out = readSecretFile(source, 'password', path, dir, issues);
   out = readSecretFile(out, 'proxy', path, dir, issues);
+  return pemFiles(out, path, dir, issues);
+}
+
+/** `ca_file`, `cert_file`, `key_file` made absolute (relative to the config), each checked readable. */
+function pemFiles(
+  obj: Record<string, unknown>,
+  path: string,
+  dir: string,
+  issues: ConfigIssue[],
+): Record<string, unknown> {
+  let out = obj;
   for (const key of PEM_FILE_KEYS) {
     const file = out[key];
     if (typeof file !== 'string' || file === '') continue;

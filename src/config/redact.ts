@@ -20,6 +20,8 @@ export function redactConfig(config: FeedsyncConfig): unknown {
     if (sink.type === 'webhook') {
       if (sink.secret !== undefined) sink.secret = REDACTED;
       sink.url = redactUrlPassword(sink.url);
+    } else if (sink.type === 'postgres') {
+      sink.url = redactPostgresUrl(sink.url);
     } else if (sink.type === 'module') {
       sink.options = redactOptions(sink.options) as Record<string, unknown>;
     }
@@ -39,6 +41,8 @@ export function collectSecrets(config: FeedsyncConfig): string[] {
     if (sink.type === 'webhook') {
       if (sink.secret !== undefined) found.add(sink.secret);
       urlPasswords(sink.url).forEach((p) => found.add(p));
+    } else if (sink.type === 'postgres') {
+      postgresUrlPasswords(sink.url).forEach((p) => found.add(p));
     } else if (sink.type === 'module') {
       collectOptionSecrets(sink.options, found);
     }
@@ -70,6 +74,31 @@ export function redactUrlPassword(value: string): string {
   const redacted = `${value.slice(0, colon + 1)}${REDACTED}${value.slice(at)}`;
   // Belt and braces for odd inputs the URL parser normalises (tabs, backslashes): never leak.
   return urlPasswords(value).some((p) => redacted.includes(p)) ? REDACTED : redacted;
+}
+
+/**
+ * A PostgreSQL URL carries its password in the userinfo or as a `password` parameter (libpq and
+ * pg read both): both redacted. A value that does not parse is redacted whole.
+ */
+export function redactPostgresUrl(value: string): string {
+  const shown = redactUrlPassword(value);
+  if (shown === REDACTED) return shown;
+  if (!/[?&]password=/i.test(shown)) return shown;
+  return shown.replace(/([?&]password=)[^&#]*/gi, `$1${REDACTED}`);
+}
+
+function postgresUrlPasswords(value: string): string[] {
+  const found = urlPasswords(value);
+  let url: URL | undefined;
+  try {
+    url = new URL(value);
+  } catch {
+    return found;
+  }
+  for (const [key, param] of url.searchParams) if (key.toLowerCase() === 'password') found.push(param);
+  // The raw (percent-encoded) form as written, too.
+  for (const m of value.matchAll(/[?&]password=([^&#]*)/gi)) found.push(m[1]!);
+  return found;
 }
 
 function urlPasswords(value: string): string[] {

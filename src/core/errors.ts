@@ -56,8 +56,13 @@ export class UpstreamAuthError extends FeedsyncError {
   constructor(
     readonly url: string,
     detail: string,
+    /** false when the server, not the credentials, is at fault (a stale-nonce loop). */
+    credentials = true,
   ) {
-    super(`authentication failed on GET ${url}: ${detail} (check the source's username and password)`, false);
+    super(
+      `authentication failed on GET ${url}: ${detail}${credentials ? " (check the source's username and password)" : ''}`,
+      false,
+    );
   }
 }
 

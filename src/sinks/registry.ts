@@ -7,6 +7,7 @@ import { ConfigError } from '../core/errors.js';
 import type { SinkDefinition } from './definition.js';
 import { jsonlSink } from './jsonl.js';
 import { moduleSink } from './module.js';
+import { postgresSink } from './postgres.js';
 import type { Sink, SinkContext } from './sink.js';
 import { sqliteSink } from './sqlite-mirror.js';
 import { webhookSink } from './webhook.js';
@@ -15,6 +16,7 @@ export const sinkTypes = {
   jsonl: jsonlSink,
   webhook: webhookSink,
   sqlite: sqliteSink,
+  postgres: postgresSink,
   module: moduleSink,
 } as const;
 

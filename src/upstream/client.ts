@@ -244,6 +244,12 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
       }
       // Credentials built from a fresh challenge were refused: the password is wrong. A
       // stale=true answer says the opposite, so it may re-challenge, but only boundedly.
+      if (auth && fresh && stale && round >= MAX_AUTH_ROUNDS)
+        throw new UpstreamAuthError(
+          t.display,
+          `the server answered stale=true to ${round} fresh nonces in a row: it does not accept the nonces it issues (a server-side problem, not the password)`,
+          false,
+        );
       if ((auth && fresh && !stale) || round >= MAX_AUTH_ROUNDS) {
         throw new UpstreamAuthError(t.display, 'credentials rejected after a fresh digest challenge');
       }

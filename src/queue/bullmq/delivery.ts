@@ -48,7 +48,7 @@ import { assertSinkName, bullPrefix, shardIndexes, shardQueueName } from './name
 import { closeRedis, createRedisConnection, requireRedisUrl } from './redis.js';
 import { Semaphore, SemaphoreClosedError } from '../../semaphore.js';
 import { defaultOwner } from './lease.js';
-import { ShardLeases } from './shard-lease.js';
+import { ShardLeases, type ShardLease } from './shard-lease.js';
 import { deliverSlice, type SliceDeliveryContext } from './slice-delivery.js';
 import type { ChangeSlice } from './slice.js';
 
@@ -95,8 +95,24 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
       }
       try {
         // One worker delivers a shard at a time, fenced (shard-lease.ts); stopping: hand it back.
-        const lease = await shardLeases!.acquire(ctx.runtime.name, shard, stopRequested.signal);
-        if (!lease) throw new RateLimitError();
+        let lease: ShardLease | 'not-ours' | undefined;
+        try {
+          const jobRef = { key: ctx.shardQueue.toKey(job.id!), lockToken: token ?? '' };
+          lease = await shardLeases!.acquire(ctx.runtime.name, shard, jobRef, stopRequested.signal);
+        } catch (err) {
+          // Redis away: give the job back (no attempt spent) rather than fail it and bury its changes.
+          ctx.logger.warn(
+            { job: job.id, err: errorMessage(err) },
+            'cannot take the shard; slice handed back',
+          );
+          throw new RateLimitError();
+        }
+        if (lease === 'not-ours')
+          ctx.logger.warn(
+            { job: job.id },
+            'the job went to another worker while this one waited for its shard',
+          );
+        if (lease === undefined || lease === 'not-ours') throw new RateLimitError();
         try {
           await deliverSlice(ctx, job, token ?? '', lease);
         } finally {

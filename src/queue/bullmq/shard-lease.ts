@@ -24,7 +24,10 @@ import { errorMessage } from '../../core/errors.js';
 import type { DeliveryFence } from '../../sinks/sink.js';
 import type { SliceProgress } from './attempts.js';
 import { SELF_EXPIRY } from './lease.js';
-import { ACQUIRE, ownerOf, RELEASE, RENEW } from './lease-scripts.js';
+import { ownerOf, RELEASE, RENEW } from './lease-scripts.js';
+
+/** How often a worker asks again for a shard another worker holds. */
+const RETRY_MS = 100;
 import { shardLeaseKey, shardLeaseTokenKey } from './names.js';
 
 // KEYS: shard lease, job hash, job lock. ARGV: the lease value, the progress JSON, the job lock token.
@@ -34,23 +37,27 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if redis.call('GET', KEYS[3]) ~= ARGV[3] then return 0 end
 redis.call('HSET', KEYS[2], 'progress', ARGV[2])
 return 1`;
-// KEYS: job hash, job lock. ARGV: the job lock token. The job's progress as Redis has it now, or
-// false when the job is no longer this worker's (it waited for the shard while another worker took
-// the job over and maybe finished it: its Job object, read before, is stale).
-const CLAIM = `
-if redis.call('GET', KEYS[2]) ~= ARGV[1] then return false end
-return redis.call('HGET', KEYS[1], 'progress') or ''`;
+// Takes the shard for one slice job, in one round trip. KEYS: shard lease, its token counter, the
+// job hash, the job lock. ARGV: owner, TTL, the job lock token. Returns {0, holder} while another
+// worker holds the shard; {-1} when the job is no longer this worker's (it waited for the shard
+// while another worker took the job over and maybe finished it: its Job object is stale); else
+// {token, lease value, the job's progress as Redis has it now}.
+const TAKE = `
+local held = redis.call('GET', KEYS[1])
+if held then return {0, held} end
+if redis.call('GET', KEYS[4]) ~= ARGV[3] then return {-1} end
+local token = redis.call('INCR', KEYS[2])
+local value = token .. ' ' .. ARGV[1]
+redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
+return {token, value, redis.call('HGET', KEYS[3], 'progress') or ''}`;
 
 export interface ShardLease {
   readonly token: number;
+  /** The job's progress as Redis held it when the lease was taken (JSON-decoded; null: none). */
+  readonly progress: unknown;
   /** Whether this worker may start a sink call: renewed within SELF_EXPIRY of the TTL. */
   valid(): boolean;
   fence(): DeliveryFence;
-  /**
-   * The job's progress as Redis holds it now, or undefined when the job is no longer this worker's
-   * (its BullMQ lock token is not `lockToken`). Called once the lease is held, before delivering.
-   */
-  claim(jobKey: string, lockToken: string): Promise<unknown>;
   /** Records the slice's progress if the lease and the job are still ours; false when it was not written. */
   saveProgress(jobKey: string, lockToken: string, progress: SliceProgress): Promise<boolean>;
   release(): Promise<void>;
@@ -68,10 +75,16 @@ export class ShardLeases {
   constructor(private readonly opts: ShardLeasesOptions) {}
 
   /**
-   * Takes the lease of (sink, shard), waiting while another live worker holds it (a worker frozen
-   * past BullMQ's lock still holds it until it expires). Undefined when `signal` aborts first.
+   * Takes the lease of (sink, shard) for one slice job, waiting while another live worker holds it
+   * (a worker frozen past BullMQ's lock still holds it until it expires). Undefined when `signal`
+   * aborts first; 'not-ours' when the job went to another worker meanwhile.
    */
-  async acquire(sink: string, shard: number, signal: AbortSignal): Promise<ShardLease | undefined> {
+  async acquire(
+    sink: string,
+    shard: number,
+    job: { key: string; lockToken: string },
+    signal: AbortSignal,
+  ): Promise<ShardLease | 'not-ours' | undefined> {
     const { connection, prefix, ttlMs, owner, logger } = this.opts;
     const key = shardLeaseKey(prefix, sink, shard);
     let announced = false;
@@ -79,25 +92,33 @@ export class ShardLeases {
       if (signal.aborted) return undefined;
       const sent = performance.now();
       try {
-        const [token, value] = (await connection.eval(
-          ACQUIRE,
-          2,
+        const reply = (await connection.eval(
+          TAKE,
+          4,
           key,
           shardLeaseTokenKey(prefix, sink, shard),
+          job.key,
+          `${job.key}:lock`,
           owner,
           String(ttlMs),
-        )) as [number, string | null];
-        if (Number(token) !== 0) return this.held(key, Number(token), String(value), sent, sink, shard);
+          job.lockToken,
+        )) as [number, string?, string?];
+        const token = Number(reply[0]);
+        if (token === -1) return 'not-ours';
+        if (token > 0) {
+          const progress = reply[2] ? (JSON.parse(reply[2]) as unknown) : null;
+          return this.held(key, token, String(reply[1]), progress, sent, sink, shard);
+        }
         if (!announced)
           logger.info(
-            { shard, holder: ownerOf(value) },
+            { shard, holder: ownerOf(reply[1]) },
             'waiting for the shard lease: another worker still holds it (frozen past its job lock?)',
           );
         announced = true;
       } catch (err) {
         logger.warn({ shard, err: errorMessage(err) }, 'cannot take the shard lease; retrying');
       }
-      if (!(await sleep(Math.min(1000, Math.floor(ttlMs / 4)), signal))) return undefined;
+      if (!(await sleep(RETRY_MS, signal))) return undefined;
     }
   }
 
@@ -105,6 +126,7 @@ export class ShardLeases {
     key: string,
     token: number,
     value: string,
+    progress: unknown,
     sent: number,
     sink: string,
     shard: number,
@@ -130,14 +152,9 @@ export class ShardLeases {
     const valid = (): boolean => !lost && !released && performance.now() - renewedAt < ttlMs * SELF_EXPIRY;
     return {
       token,
+      progress,
       valid,
       fence: () => ({ scope: `shard:${sink}:${shard}`, token, valid }),
-      async claim(jobKey, lockToken) {
-        const progress = (await connection.eval(CLAIM, 2, jobKey, `${jobKey}:lock`, lockToken)) as
-          string | null;
-        if (progress === null) return undefined;
-        return progress === '' ? null : (JSON.parse(progress) as unknown);
-      },
       async saveProgress(jobKey, lockToken, progress) {
         const written = await connection.eval(
           SAVE_PROGRESS,

@@ -58,20 +58,8 @@ export async function deliverSlice(
 ): Promise<void> {
   const changes = changesOf(job.data, job.id);
   const jobKey = ctx.shardQueue.toKey(job.id!);
-  // Read again now that the shard is ours: waiting for it, the job may have gone to another worker.
-  let current: unknown;
-  try {
-    current = await lease.claim(jobKey, lockToken);
-  } catch (err) {
-    // Redis away: give the job back (no attempt spent) rather than fail it and bury its changes.
-    ctx.logger.warn({ job: job.id, err: errorMessage(err) }, 'cannot read the slice from redis; handed back');
-    throw new RateLimitError();
-  }
-  if (current === undefined) {
-    ctx.logger.warn({ job: job.id }, 'the job went to another worker while this one waited for its shard');
-    throw new RateLimitError();
-  }
-  const progress = progressOf({ progress: current as Job['progress'] });
+  // As Redis held it when the shard was taken: the Job object may be older than that.
+  const progress = progressOf({ progress: lease.progress as Job['progress'] });
   const at: Position = {
     ...progress,
     persisted: progress.done,
