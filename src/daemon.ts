@@ -8,7 +8,7 @@ import { createLiveness, createReadiness } from './observability/health.js';
 import { createMetrics } from './observability/metrics.js';
 import { startHttpServer } from './observability/server.js';
 import { runPoller } from './pipeline/poller.js';
-import { modeDelivers, modePolls, type HeldLock, type QueueDriver } from './queue/driver.js';
+import { modeDelivers, modePolls, type HeldLease, type QueueDriver } from './queue/driver.js';
 import { openQueueDriver } from './queue/drivers.js';
 import type { QueueAdmin, SinkRuntime } from './queue/queue.js';
 import { Releasers } from './releasers.js';
@@ -190,12 +190,12 @@ function startPollers(
       linkRel: adapter.linkRel,
     });
     release.add(`client ${source.name}`, () => client.close());
-    const acquire = (signal: AbortSignal): Promise<HeldLock | undefined> =>
+    const acquire = (signal: AbortSignal): Promise<HeldLease | undefined> =>
       // Info, not a warning: with standby pollers (scaled mode) waiting is the normal state.
       leases.acquire(source.name, signal, (holder) =>
         log.info({ holder }, `waiting for source ${source.name} held by ${holder}`),
       );
-    return pollWhileLocked(source.name, leading, acquire, stop, log, (signal) =>
+    return pollWhileLeased(source.name, leading, acquire, stop, log, (signal) =>
       runPoller({
         source,
         adapter,
@@ -211,21 +211,21 @@ function startPollers(
   });
 }
 
-/** Hold the source's lock while polling; if the lock is lost, stop and wait to win it back. */
-async function pollWhileLocked(
+/** Hold the source's lease while polling; if the lease is lost, stop and wait to win it back. */
+async function pollWhileLeased(
   source: string,
   leading: Set<string>,
-  acquire: (signal: AbortSignal) => Promise<HeldLock | undefined>,
+  acquire: (signal: AbortSignal) => Promise<HeldLease | undefined>,
   stop: AbortSignal,
   logger: Logger,
   poll: (signal: AbortSignal) => Promise<void>,
 ): Promise<void> {
   while (!stop.aborted) {
-    let lock: HeldLock | undefined;
+    let lock: HeldLease | undefined;
     try {
       lock = await acquire(stop);
     } catch (err) {
-      logger.error({ err: errorMessage(err) }, 'cannot take the source lock; retrying');
+      logger.error({ err: errorMessage(err) }, 'cannot take the source lease; retrying');
       await new Promise((r) => setTimeout(r, 1000));
       continue;
     }
@@ -236,7 +236,7 @@ async function pollWhileLocked(
     try {
       await poll(AbortSignal.any([stop, lock.lost]));
       if (lock.lost.aborted && !stop.aborted)
-        logger.error('lost the source lock to another process; polling stopped until it is free again');
+        logger.error('lost the source lease to another process; polling stopped until it is free again');
     } finally {
       lost();
       await lock.release().catch(() => undefined);

@@ -204,7 +204,18 @@ function describeIssues(issues: readonly Issue[], input: unknown): ConfigIssue[]
     if (issue.code === 'unrecognized_keys') {
       return issue.keys.map((key) => ({ path: joinPath(path, key), message: 'unknown key' }));
     }
-    return [{ path, message: describeIssue(issue, valueAt(input, issue.path)) }];
+    const value = valueAt(input, issue.path);
+    // A postgres sink's url is a secret: it may come from url_file.
+    const parent = valueAt(input, issue.path.slice(0, -1));
+    if (
+      issue.code === 'invalid_type' &&
+      value === undefined &&
+      issue.path.at(-1) === 'url' &&
+      isRecord(parent) &&
+      parent.type === 'postgres'
+    )
+      return [{ path, message: 'required (or url_file)' }];
+    return [{ path, message: describeIssue(issue, value) }];
   });
 }
 

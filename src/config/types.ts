@@ -45,6 +45,7 @@ export interface SinkFilter {
 export type { SinkConfig };
 export type { JsonlSinkConfig } from '../sinks/jsonl.js';
 export type { ModuleSinkConfig } from '../sinks/module.js';
+export type { PostgresSinkConfig } from '../sinks/postgres.js';
 export type { SqliteSinkConfig } from '../sinks/sqlite-mirror.js';
 export type { WebhookSinkConfig } from '../sinks/webhook.js';
 

@@ -10,7 +10,7 @@ import type { ChangeQueue, DeliveryRunner, QueueAdmin, SinkRuntime } from './que
 
 export type { SourceStatus, StoredCursor };
 
-export interface HeldLock {
+export interface HeldLease {
   /** Aborted when the lease could not be renewed (another process took it). */
   lost: AbortSignal;
   release(): Promise<void>;
@@ -43,7 +43,7 @@ export interface SourceLeases {
     source: string,
     signal: AbortSignal,
     onWait: (holder: string) => void,
-  ): Promise<HeldLock | undefined>;
+  ): Promise<HeldLease | undefined>;
   /** The live holder, for `cursor set/reset` refusals and `status`. */
   holder(source: string): Promise<string | undefined>;
   /**
@@ -55,7 +55,7 @@ export interface SourceLeases {
 }
 
 /** A source held by an operator command. */
-export interface HeldSource extends HeldLock {
+export interface HeldSource extends HeldLease {
   /** Writes the cursor, refused inside the write unless the hold is still this command's. */
   save(eventId: number, seenAbove: number[]): Promise<void>;
 }

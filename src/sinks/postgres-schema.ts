@@ -113,7 +113,11 @@ export interface MigrationResult {
  * checks the tables' columns and keys. One transaction, under pg_advisory_xact_lock keyed by the
  * schema name: two processes starting together migrate one after the other.
  */
-export async function migrate(client: PoolClient, schema: string, feedsyncVersion: string): Promise<MigrationResult> {
+export async function migrate(
+  client: PoolClient,
+  schema: string,
+  feedsyncVersion: string,
+): Promise<MigrationResult> {
   const s = quoteIdent(schema);
   await client.query('BEGIN');
   try {
@@ -138,7 +142,9 @@ export async function migrate(client: PoolClient, schema: string, feedsyncVersio
          )`,
       );
     }
-    const found = await client.query(`SELECT coalesce(max(version), 0)::int AS v FROM ${s}.schema_migrations`);
+    const found = await client.query(
+      `SELECT coalesce(max(version), 0)::int AS v FROM ${s}.schema_migrations`,
+    );
     const from = (found.rows[0] as { v: number }).v;
     if (from > SCHEMA_VERSION)
       throw new NewerSchemaError(

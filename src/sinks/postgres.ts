@@ -319,7 +319,7 @@ class PostgresMirrorSink implements Sink {
         const result = await migrate(client, this.schema, feedsyncVersion());
         this.migrated = true;
         this.ctx.logger.info(
-          { sink: this.config.name, schema: this.schema, from: result.from, to: result.to },
+          { schema: this.schema, from: result.from, to: result.to },
           result.from === result.to ? 'postgres mirror schema up to date' : 'postgres mirror schema migrated',
         );
       } catch (err) {
@@ -374,7 +374,11 @@ class PostgresMirrorSink implements Sink {
     return this.write([change], context, true);
   }
 
-  private async write(changes: Change[], context: DeliveryContext | undefined, single: boolean): Promise<void> {
+  private async write(
+    changes: Change[],
+    context: DeliveryContext | undefined,
+    single: boolean,
+  ): Promise<void> {
     if (this.closing) throw new RetryLaterError(`${this.where}: closed, not writing`);
     const plan = this.plan(changes);
     if (!plan) return;
@@ -391,8 +395,7 @@ class PostgresMirrorSink implements Sink {
     try {
       if (transaction) await client.query('BEGIN');
       if (fence) await this.checkFence(client, fence);
-      for (const round of plan.rounds)
-        await client.query({ ...this.sql.upsert, values: [plan.json, round] });
+      for (const round of plan.rounds) await client.query({ ...this.sql.upsert, values: [plan.json, round] });
       if (fence && !fence.valid())
         throw new StaleWriterError(
           `${this.where}: the lease of ${fence.scope} (token ${fence.token}) ran out before the commit; not committing`,
@@ -405,10 +408,11 @@ class PostgresMirrorSink implements Sink {
       // any other (a lost socket, a query past query_timeout) its state is unknown: it is closed.
       const reusable =
         (err instanceof StaleWriterError || serverError(err)) &&
-        (!transaction || (await client.query('ROLLBACK').then(
-          () => true,
-          () => false,
-        )));
+        (!transaction ||
+          (await client.query('ROLLBACK').then(
+            () => true,
+            () => false,
+          )));
       if (!reusable) broken = err instanceof Error ? err : new Error(String(err));
       if (err instanceof StaleWriterError) throw err;
       const first = changes[0]?.key ?? '-';
@@ -457,10 +461,10 @@ class PostgresMirrorSink implements Sink {
     if (problem === 'auth' || problem === 'permission' || problem === 'schema') {
       if (now - (this.logged.get(problem) ?? 0) >= PROBLEM_LOG_INTERVAL_MS) {
         this.logged.set(problem, now);
-        this.ctx.logger.error({ sink: this.config.name, problem }, message);
+        this.ctx.logger.error({ problem }, message);
       }
     } else if (!this.failing) {
-      this.ctx.logger.warn({ sink: this.config.name, problem }, message);
+      this.ctx.logger.warn({ problem }, message);
     }
     this.failing = true;
     return new RetryLaterError(message, undefined, { cause: err });
@@ -470,11 +474,11 @@ class PostgresMirrorSink implements Sink {
     if (!this.failing) return;
     this.failing = false;
     this.logged.clear();
-    this.ctx.logger.info({ sink: this.config.name }, `${this.where}: writing again`);
+    this.ctx.logger.info(`${this.where}: writing again`);
   }
 
   idleError(err: Error): void {
-    this.ctx.logger.debug({ sink: this.config.name, err: errorMessage(err) }, 'idle postgres connection closed');
+    this.ctx.logger.debug({ err: errorMessage(err) }, 'idle postgres connection closed');
   }
 
   /** Whether the pool can hand out a working connection now (asked within 2 s). */
@@ -498,7 +502,7 @@ class PostgresMirrorSink implements Sink {
   close(): Promise<void> {
     // end() waits for the connections in use to be released: deliveries in flight finish first.
     this.closing ??= this.pool.end().catch((err: unknown) => {
-      this.ctx.logger.warn({ sink: this.config.name, err: errorMessage(err) }, 'postgres sink close failed');
+      this.ctx.logger.warn({ err: errorMessage(err) }, 'postgres sink close failed');
     });
     return this.closing;
   }

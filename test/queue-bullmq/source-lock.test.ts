@@ -9,7 +9,7 @@ import {
 } from '../../src/queue/bullmq/lease.js';
 import { LeaseFencedError } from '../../src/queue/bullmq/page-commit.js';
 import { createBullmqProducer } from '../../src/queue/bullmq/producer.js';
-import type { HeldLock } from '../../src/queue/driver.js';
+import type { HeldLease } from '../../src/queue/driver.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
 import { ANY, makeChange, queueConfig, silentLogger, sliceJobs } from './support.js';
 
@@ -49,7 +49,7 @@ function leasesFor(
   return leases;
 }
 
-function lostWithin(lock: HeldLock, ms: number): Promise<void> {
+function lostWithin(lock: HeldLease, ms: number): Promise<void> {
   if (lock.lost.aborted) return Promise.resolve();
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`lost did not fire within ${ms} ms`)), ms);
@@ -169,7 +169,7 @@ describe('bullmq source leases', () => {
     const aLocks = await Promise.all(sources.map((s) => a.acquire(s, never, () => undefined)));
     expect(a.held().sort()).toEqual(sources);
     const b = leasesFor(prefix, 'b', { sources, ttlMs: 1_000 });
-    const bLocks: HeldLock[] = [];
+    const bLocks: HeldLease[] = [];
     for (const s of sources) void b.acquire(s, never, () => undefined).then((l) => l && bLocks.push(l));
     // a sees two replicas (share 2 of 3) and lets its longest-held lease go; its poller would
     // then release it, as the daemon does.

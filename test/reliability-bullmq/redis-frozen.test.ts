@@ -24,7 +24,7 @@ import {
 const TTL_MS = 3_000;
 const seed = testSeed();
 const note = seedNote(seed);
-const acquired = (e: { msg?: string }) => e.msg === 'acquired lock of source scheduling';
+const acquired = (e: { msg?: string }) => e.msg === 'acquired the lease of source scheduling';
 const lost = (e: { msg?: string }) => e.msg === 'lost the lease of source scheduling; its poller stops';
 
 /** A TCP proxy in front of Redis that can stop forwarding (both ways) without closing anything. */

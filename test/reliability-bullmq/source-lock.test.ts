@@ -27,7 +27,7 @@ const SHUTDOWN_MS = 5000;
 const seed = testSeed();
 const note = seedNote(seed);
 
-const acquired = (e: { msg?: string }) => e.msg === 'acquired lock of source scheduling';
+const acquired = (e: { msg?: string }) => e.msg === 'acquired the lease of source scheduling';
 const waiting = (e: { msg?: string }) => /^waiting for source scheduling held by /.test(e.msg ?? '');
 
 /** Sum of feedsync_polls_total over its labels, scraped from the process's own /metrics. */

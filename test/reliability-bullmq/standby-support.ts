@@ -95,8 +95,14 @@ export function sliceProblems(
 export interface FreezeProxy {
   /** redis://127.0.0.1:PORT of the proxy. */
   url: string;
-  /** Calls `freeze` once, synchronously, when the next page commit of `source` is past its lease check. */
-  arm(source: string, freeze: () => void): void;
+  /**
+   * Calls `freeze` once, synchronously, when the next page commit of `source` is past its lease
+   * check (`at: 'read'`, the default), or when it sends its EXEC (`at: 'exec'`: that EXEC is then
+   * held back, never forwarded, until `cut()` drops the connections with it in flight).
+   */
+  arm(source: string, freeze: () => void, at?: 'read' | 'exec'): void;
+  /** Drops every connection through the proxy (the poller's commands in flight go unanswered). */
+  cut(): void;
   readonly fired: boolean;
   close(): Promise<void>;
 }
@@ -110,7 +116,9 @@ export interface FreezeProxy {
  * hash otherwise only when it takes the source, which the armed holder does not do again.)
  */
 export async function freezeProxy(redisPort: number): Promise<FreezeProxy> {
-  let trigger: { source: string; freeze: () => void } | undefined;
+  let trigger: { source: string; freeze: () => void; at: 'read' | 'exec' } | undefined;
+  // The source's commit has been read (HMGET seen): its EXEC is the next one on that connection.
+  let execOf: Socket | undefined;
   let fired = false;
   const sockets = new Set<Socket>();
   const server = createServer((client) => {
@@ -123,10 +131,20 @@ export async function freezeProxy(redisPort: number): Promise<FreezeProxy> {
         text.includes('\r\nhmget\r\n') &&
         text.includes(`:source:${trigger.source.toLowerCase()}\r\n`)
       ) {
+        if (trigger.at === 'exec') execOf = client;
+        else {
+          const { freeze } = trigger;
+          trigger = undefined;
+          fired = true;
+          freeze();
+        }
+      } else if (trigger?.at === 'exec' && execOf === client && text.includes('\r\nexec\r\n')) {
         const { freeze } = trigger;
         trigger = undefined;
         fired = true;
         freeze();
+        // Held back: the transaction stays in flight, unanswered, until the connection is cut.
+        return;
       }
       upstream.write(chunk);
     });
@@ -144,8 +162,11 @@ export async function freezeProxy(redisPort: number): Promise<FreezeProxy> {
   const port = (server.address() as AddressInfo).port;
   return {
     url: `redis://127.0.0.1:${port}`,
-    arm: (source, freeze) => {
-      trigger = { source, freeze };
+    arm: (source, freeze, at = 'read') => {
+      trigger = { source, freeze, at };
+    },
+    cut: () => {
+      for (const sock of sockets) sock.destroy();
     },
     get fired() {
       return fired;

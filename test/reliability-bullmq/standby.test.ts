@@ -243,152 +243,171 @@ describe(`scaled mode: standby pollers ${note}`, () => {
   it(
     'a poller frozen mid-commit past its lease writes nothing when resumed; commits equal one clean pass',
     { timeout: 120_000 },
-    async () => {
-      const sandbox = await startSandbox({ seed: seed + 1, backlog: 800, latencyMs: LATENCY_MS });
-      sandboxes.push(sandbox);
-      sandbox.generate('scheduling', 2500);
-      const dir = tempDir('feedsync-rb-sigstop-');
-      const raw = configFor(sandbox, dir, redis.url);
-      const configPath = writeConfig(dir, raw);
-      const oracle = redisOracle(redis.url, queuePrefix(raw));
-      // Each poller reaches Redis through its own proxy, which can pause it mid-commit.
-      const proxies = [await freezeProxy(redis.port), await freezeProxy(redis.port)];
-      const polls = proxies.map((proxy, i) =>
-        starter(
-          writeConfig(
-            dir,
-            { ...raw, queue: { ...(raw.queue as object), redis_url: proxy.url } },
-            `p${i + 1}.yaml`,
-          ),
-        )('poll', `p${i + 1}`),
-      );
-      const work = starter(configPath)('work', 'a');
-      // Sampled every 50 ms: a fenced-out holder that wrote anyway would move a cursor back.
-      const history = new Map<string, number[]>(SOURCES.map((s) => [s, []]));
-      const cursors = watchRedisCursors(redis.url, queuePrefix(raw), 50);
-      const sampler = setInterval(() => {
-        for (const s of SOURCES) {
-          const c = cursors.get(s);
-          if (c !== undefined) history.get(s)!.push(c);
-        }
-      }, 50);
-      let frozen: CliProcess | undefined;
-      try {
-        await waitStarted(...polls, work);
-        // Spread: the first poller took both sources, hands one over once it held it a TTL.
-        let holders: Record<string, string | undefined> = {};
-        await eventually(
-          async () => {
-            holders = await oracle.holders();
-            const owners = SOURCES.map((s) => processOf(holders[s], polls));
-            return owners.every(Boolean) && owners[0] !== owners[1];
-          },
-          TTL_MS * 4 + 5_000,
-          `the two sources spread over the two pollers ${note}`,
-          100,
-        );
-        const victim = processOf(holders.scheduling, polls)!;
-        const standby = polls.find((p) => p !== victim)!;
-        expect((await cursors.read('scheduling')) ?? 0, 'still catching up').toBeLessThan(
-          Math.max(...sandbox.events('scheduling').map((e) => e.id)),
-        );
+    () => frozenMidCommit('read'),
+  );
 
-        // Freeze the holder in the middle of its next commit: past the lease check, before EXEC.
-        let stoppedAt = 0;
-        proxies[polls.indexOf(victim)]!.arm('scheduling', () => {
+  it(
+    'a poller frozen with its EXEC in flight, its connection cut: the transaction is not re-sent; commits equal one clean pass',
+    { timeout: 120_000 },
+    () => frozenMidCommit('exec'),
+  );
+
+  /**
+   * `read`: the holder is frozen right after reading its lease for a commit. `exec`: frozen with its
+   * MULTI…EXEC sent but held back unanswered, and the connection cut before it wakes up: ioredis
+   * used to re-send that transaction on the new connection, without its WATCH, committing a page
+   * under a lease the poller no longer held.
+   */
+  async function frozenMidCommit(at: 'read' | 'exec'): Promise<void> {
+    const sandbox = await startSandbox({ seed: seed + 1, backlog: 800, latencyMs: LATENCY_MS });
+    sandboxes.push(sandbox);
+    sandbox.generate('scheduling', 2500);
+    const dir = tempDir('feedsync-rb-sigstop-');
+    const raw = configFor(sandbox, dir, redis.url);
+    const configPath = writeConfig(dir, raw);
+    const oracle = redisOracle(redis.url, queuePrefix(raw));
+    // Each poller reaches Redis through its own proxy, which can pause it mid-commit.
+    const proxies = [await freezeProxy(redis.port), await freezeProxy(redis.port)];
+    const polls = proxies.map((proxy, i) =>
+      starter(
+        writeConfig(
+          dir,
+          { ...raw, queue: { ...(raw.queue as object), redis_url: proxy.url } },
+          `p${i + 1}.yaml`,
+        ),
+      )('poll', `p${i + 1}`),
+    );
+    const work = starter(configPath)('work', 'a');
+    // Sampled every 50 ms: a fenced-out holder that wrote anyway would move a cursor back.
+    const history = new Map<string, number[]>(SOURCES.map((s) => [s, []]));
+    const cursors = watchRedisCursors(redis.url, queuePrefix(raw), 50);
+    const sampler = setInterval(() => {
+      for (const s of SOURCES) {
+        const c = cursors.get(s);
+        if (c !== undefined) history.get(s)!.push(c);
+      }
+    }, 50);
+    let frozen: CliProcess | undefined;
+    try {
+      await waitStarted(...polls, work);
+      // Spread: the first poller took both sources, hands one over once it held it a TTL.
+      let holders: Record<string, string | undefined> = {};
+      await eventually(
+        async () => {
+          holders = await oracle.holders();
+          const owners = SOURCES.map((s) => processOf(holders[s], polls));
+          return owners.every(Boolean) && owners[0] !== owners[1];
+        },
+        TTL_MS * 4 + 5_000,
+        `the two sources spread over the two pollers ${note}`,
+        100,
+      );
+      const victim = processOf(holders.scheduling, polls)!;
+      const standby = polls.find((p) => p !== victim)!;
+      expect((await cursors.read('scheduling')) ?? 0, 'still catching up').toBeLessThan(
+        Math.max(...sandbox.events('scheduling').map((e) => e.id)),
+      );
+
+      // Freeze the holder in the middle of its next commit: past the lease check, before EXEC.
+      let stoppedAt = 0;
+      proxies[polls.indexOf(victim)]!.arm(
+        'scheduling',
+        () => {
           victim.signal('SIGSTOP');
           frozen = victim;
           stoppedAt = Date.now();
-        });
-        await eventually(
-          () => proxies[polls.indexOf(victim)]!.fired,
-          10_000,
-          `a commit to freeze in ${note}`,
-          20,
-        );
-        await eventually(
-          async () => processOf((await oracle.holders()).scheduling, polls) === standby,
-          TTL_MS + 5_000,
-          `the standby to take scheduling from the frozen poller ${note}`,
-          50,
-        );
-        const takeoverMs = Date.now() - stoppedAt;
-        // Let the new holder commit pages past the frozen one's position before it wakes up.
-        await sleep(Math.max(0, TTL_MS + 2_000 - takeoverMs));
-        victim.signal('SIGCONT');
-        frozen = undefined;
-        // The commit it was in the middle of is not written: either the WATCH saw the new holder's
-        // token, or — first, as the process wakes far past its TTL — its own clock says the lease
-        // ran out and it stops (its commands in flight time out rather than complete). That
-        // nothing was written is what the checks below prove.
-        await victim.waitForLog(
-          (e) =>
-            e.source === 'scheduling' &&
-            (/not committing the page, the lease is no longer ours/.test(String(e.err ?? e.reason)) ||
-              /^lost the lease of source scheduling/.test(String(e.msg))),
-          TTL_MS + 5_000,
-          `the resumed poller's commit to be refused ${note}`,
-        );
-        console.log(`SIGSTOP takeover after ${takeoverMs} ms (TTL ${TTL_MS} ms)`);
+        },
+        at,
+      );
+      await eventually(
+        () => proxies[polls.indexOf(victim)]!.fired,
+        10_000,
+        `a commit to freeze in ${note}`,
+        20,
+      );
+      await eventually(
+        async () => processOf((await oracle.holders()).scheduling, polls) === standby,
+        TTL_MS + 5_000,
+        `the standby to take scheduling from the frozen poller ${note}`,
+        50,
+      );
+      const takeoverMs = Date.now() - stoppedAt;
+      // Let the new holder commit pages past the frozen one's position before it wakes up.
+      await sleep(Math.max(0, TTL_MS + 2_000 - takeoverMs));
+      if (at === 'exec') proxies[polls.indexOf(victim)]!.cut();
+      victim.signal('SIGCONT');
+      frozen = undefined;
+      // The commit it was in the middle of is not written: either the WATCH saw the new holder's
+      // token, or — first, as the process wakes far past its TTL — its own clock says the lease
+      // ran out and it stops (its commands in flight time out rather than complete). That
+      // nothing was written is what the checks below prove.
+      await victim.waitForLog(
+        (e) =>
+          e.source === 'scheduling' &&
+          (/not committing the page, the lease is no longer ours/.test(String(e.err ?? e.reason)) ||
+            /^lost the lease of source scheduling/.test(String(e.msg))),
+        TTL_MS + 5_000,
+        `the resumed poller's commit to be refused ${note}`,
+      );
+      console.log(`SIGSTOP takeover after ${takeoverMs} ms (TTL ${TTL_MS} ms)`);
 
-        await eventually(
-          () => missingKeys(sandboxKeys(sandbox), readJsonlFiles(dir, 'changes-')).length === 0,
-          90_000,
-          `every key delivered ${note}`,
-        );
-        clearInterval(sampler);
-        for (const [source, seen] of history) {
-          const back = seen.findIndex((c, i) => i > 0 && c < seen[i - 1]!);
-          expect(
-            back,
-            `${source} cursor went back at sample ${back}: ${seen.slice(Math.max(0, back - 3), back + 2).join(' → ')}`,
-          ).toBe(-1);
-        }
-        const stats = await oracle.commitStats();
-        const jobs = await oracle.sliceJobs('file', SHARDS);
-        expect(sliceProblems(jobs, sandboxKeys(sandbox), stats.slices), note).toEqual([]);
-        const finalCursors = Object.fromEntries(
-          await Promise.all(SOURCES.map(async (s) => [s, await cursors.read(s)])),
-        );
-        const exits = await stopGracefully([...polls, work], SHUTDOWN_MS);
-        for (const exit of exits)
-          expect(exit, `graceful stop ${note}`).toMatchObject({ code: 0, signal: null });
-
-        // One clean pass over the same feeds (a fresh prefix, one poller, nothing killed) commits
-        // exactly as many pages and slices.
-        const cleanRaw = configFor(sandbox, dir, redis.url);
-        const cleanOracle = redisOracle(redis.url, queuePrefix(cleanRaw));
-        const cleanCursors = watchRedisCursors(redis.url, queuePrefix(cleanRaw));
-        const cleanPoll = spawnCli(['poll'], {
-          config: writeConfig(dir, cleanRaw, 'clean.yaml'),
-          env: { WORKER_ID: 'clean' },
-        });
-        try {
-          await eventually(
-            async () => {
-              for (const s of SOURCES) if ((await cleanCursors.read(s)) !== finalCursors[s]) return false;
-              return true;
-            },
-            60_000,
-            `the clean pass to reach cursors ${JSON.stringify(finalCursors)}`,
-          );
-          await sleep(500);
-          expect(
-            await cleanOracle.commitStats(),
-            `commits of the clean pass vs the frozen run ${note}`,
-          ).toEqual(stats);
-        } finally {
-          await cleanPoll.stop(SHUTDOWN_MS);
-          cleanCursors.stop();
-          await cleanOracle.close();
-        }
-      } finally {
-        if (frozen) frozen.signal('SIGCONT');
-        clearInterval(sampler);
-        cursors.stop();
-        await oracle.close();
-        for (const proxy of proxies) await proxy.close();
+      await eventually(
+        () => missingKeys(sandboxKeys(sandbox), readJsonlFiles(dir, 'changes-')).length === 0,
+        90_000,
+        `every key delivered ${note}`,
+      );
+      clearInterval(sampler);
+      for (const [source, seen] of history) {
+        const back = seen.findIndex((c, i) => i > 0 && c < seen[i - 1]!);
+        expect(
+          back,
+          `${source} cursor went back at sample ${back}: ${seen.slice(Math.max(0, back - 3), back + 2).join(' → ')}`,
+        ).toBe(-1);
       }
-    },
-  );
+      const stats = await oracle.commitStats();
+      const jobs = await oracle.sliceJobs('file', SHARDS);
+      expect(sliceProblems(jobs, sandboxKeys(sandbox), stats.slices), note).toEqual([]);
+      const finalCursors = Object.fromEntries(
+        await Promise.all(SOURCES.map(async (s) => [s, await cursors.read(s)])),
+      );
+      const exits = await stopGracefully([...polls, work], SHUTDOWN_MS);
+      for (const exit of exits)
+        expect(exit, `graceful stop ${note}`).toMatchObject({ code: 0, signal: null });
+
+      // One clean pass over the same feeds (a fresh prefix, one poller, nothing killed) commits
+      // exactly as many pages and slices.
+      const cleanRaw = configFor(sandbox, dir, redis.url);
+      const cleanOracle = redisOracle(redis.url, queuePrefix(cleanRaw));
+      const cleanCursors = watchRedisCursors(redis.url, queuePrefix(cleanRaw));
+      const cleanPoll = spawnCli(['poll'], {
+        config: writeConfig(dir, cleanRaw, 'clean.yaml'),
+        env: { WORKER_ID: 'clean' },
+      });
+      try {
+        await eventually(
+          async () => {
+            for (const s of SOURCES) if ((await cleanCursors.read(s)) !== finalCursors[s]) return false;
+            return true;
+          },
+          60_000,
+          `the clean pass to reach cursors ${JSON.stringify(finalCursors)}`,
+        );
+        await sleep(500);
+        expect(
+          await cleanOracle.commitStats(),
+          `commits of the clean pass vs the frozen run ${note}`,
+        ).toEqual(stats);
+      } finally {
+        await cleanPoll.stop(SHUTDOWN_MS);
+        cleanCursors.stop();
+        await cleanOracle.close();
+      }
+    } finally {
+      if (frozen) frozen.signal('SIGCONT');
+      clearInterval(sampler);
+      cursors.stop();
+      await oracle.close();
+      for (const proxy of proxies) await proxy.close();
+    }
+  }
 });

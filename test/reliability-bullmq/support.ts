@@ -268,7 +268,7 @@ export async function waitSourceLocks(
   await Promise.all(
     sources.map((s) =>
       poller.waitForLog(
-        (e) => e.msg === `acquired lock of source ${s}`,
+        (e) => e.msg === `acquired the lease of source ${s}`,
         timeoutMs,
         `poller ${poller.pid} to acquire the lock of source ${s}`,
       ),

@@ -9,7 +9,7 @@ import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { sleep } from '../../backoff.js';
 import { FeedsyncError, errorMessage } from '../../core/errors.js';
-import type { HeldLock, SourceLeases } from '../driver.js';
+import type { HeldLease, SourceLeases } from '../driver.js';
 import { leaseKey, leaseTokenKey, pollersKey } from './names.js';
 import { closeRedis, createRedisConnection } from './redis.js';
 import { ACQUIRE, ownerOf, RELEASE, RENEW } from './lease-scripts.js';
@@ -193,7 +193,7 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
     source: string,
     signal: AbortSignal,
     onWait: (holder: string) => void,
-  ): Promise<HeldLock | undefined> {
+  ): Promise<HeldLease | undefined> {
     if (!opts.sources.includes(source))
       throw new FeedsyncError(`lease asked for unknown source ${source}`, false);
     let announced: string | undefined;
@@ -209,8 +209,8 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
         if (lease) {
           held.set(source, lease);
           // The message is what operators (and the process tests) look for on a takeover.
-          logger.info({ source, token: lease.fence.token, owner }, `acquired lock of source ${source}`);
-          return heldLock(source, lease);
+          logger.info({ source, token: lease.fence.token, owner }, `acquired the lease of source ${source}`);
+          return heldLease(source, lease);
         }
         const waitingFor = holder ?? '(none: this replica holds its share of sources)';
         if (waitingFor !== announced) {
@@ -227,7 +227,7 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
     }
   }
 
-  function heldLock(source: string, lease: Held): HeldLock {
+  function heldLease(source: string, lease: Held): HeldLease {
     let released: Promise<void> | undefined;
     return {
       lost: lease.lost.signal,
