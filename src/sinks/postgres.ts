@@ -175,9 +175,24 @@ interface Plan {
  * writes both as \u escapes): those become U+FFFD, so one odd string never blocks a batch.
  */
 const UNSTORABLE = /(?<!\\)((?:\\\\)*)\\u(?:0000|d[89a-f][0-9a-f]{2})/g;
-function storableJson(changes: Change[]): string {
+function storableJson(changes: Partial<Change>[]): string {
   const json = JSON.stringify(changes);
   return json.includes('\\u0000') || /\\ud[89a-f]/.test(json) ? json.replace(UNSTORABLE, '$1\\ufffd') : json;
+}
+
+/** The fields of a change the subjects upsert reads (the names its SQL uses). */
+function upsertFields(c: Change): Partial<Change> {
+  return {
+    key: c.key,
+    source: c.source,
+    service: c.service,
+    event_id: c.event_id,
+    resource_type: c.resource_type,
+    occurred_at: c.occurred_at,
+    subject_url: c.subject_url,
+    subject_state: c.subject_state,
+    subject: c.subject_state === 'present' ? c.subject : null,
+  };
 }
 
 export async function openPostgresSink(
@@ -363,7 +378,8 @@ class PostgresMirrorSink implements Sink {
       indexes.forEach((index, round) => (rounds[round] ??= []).push(index + 1));
     }
     if (rounds.length === 0) rounds.push([]);
-    return { json: storableJson(listed), rounds };
+    // Without the log, only what the upsert reads is sent (source_rule, event_url… can be large).
+    return { json: storableJson(this.config.changes ? listed : listed.map(upsertFields)), rounds };
   }
 
   async deliverBatch(changes: Change[], context?: DeliveryContext): Promise<void> {

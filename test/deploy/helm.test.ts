@@ -433,7 +433,7 @@ describe('helm chart: worker autoscaling on the backlog (KEDA)', () => {
           // KEDA reads one sample: the per-sink maxima reduced to the largest.
           query:
             'max(max by (sink) (feedsync_queue_jobs{state="waiting", namespace="sync", service="fs-feedsync-metrics"}))',
-          threshold: '10',
+          threshold: '500',
           activationThreshold: '0',
         },
       },

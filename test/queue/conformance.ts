@@ -318,6 +318,17 @@ export function describeQueueDriverConformance(name: string, harness: DriverHarn
       expect(sink.attempts.get(change.key)).toBe(4);
     });
 
+    it('counts changes, not pages or slices: ten changes of one page are ten waiting', async () => {
+      const changes = Array.from({ length: 10 }, (_, i) => makeChange(`one-page-${i}`));
+      const q = await open({ sink: new RecordingSink() }, {}, false);
+      await q.commit(changes, 10);
+      expect(await q.counts('sink')).toEqual({ waiting: 10, active: 0, delayed: 0, failed: 0, dead: 0 });
+      expect(await q.driver.producer!.maxBacklog()).toBe(10);
+      await q.driver.delivery!.start();
+      await waitFor(async () => drained(await q.counts('sink')), 20_000, 'drained');
+      expect(await q.counts('sink')).toEqual({ waiting: 0, active: 0, delayed: 0, failed: 0, dead: 0 });
+    });
+
     it('counts queued, retrying and dead changes per sink', async () => {
       const queued = Array.from({ length: 5 }, (_, i) => makeChange(`count-${i}`));
       let failing = true;

@@ -8,7 +8,15 @@ import { FeedsyncError, errorMessage } from '../../core/errors.js';
 import type { DeadLetter, DeadLetterFilter, QueueAdmin, SinkJobCounts } from '../queue.js';
 import { progressOf } from './attempts.js';
 import { buryFailedSlices, openDeadQueue, undeliveredOf, type DeadChange } from './dead-letters.js';
-import { assertSinkName, bullPrefix, jobIdForKey, shardIndexes, shardOf, shardQueueName } from './names.js';
+import {
+  assertSinkName,
+  backlogKey,
+  bullPrefix,
+  jobIdForKey,
+  shardIndexes,
+  shardOf,
+  shardQueueName,
+} from './names.js';
 import { closeRedis, createRedisConnection, redactRedisUrl, requireRedisUrl } from './redis.js';
 import { retrySliceJobId, sliceJobOptions, type ChangeSlice } from './slice.js';
 
@@ -25,6 +33,7 @@ export interface BullmqAdminOptions {
 export type BullmqAdmin = QueueAdmin & { close(): Promise<void> };
 
 interface SinkQueues {
+  sink: string;
   shards: Queue<ChangeSlice>[];
   dead: Queue<DeadChange>;
 }
@@ -44,6 +53,7 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
   const queuesBySink = new Map<string, SinkQueues>();
   for (const sink of opts.sinkNames) {
     queuesBySink.set(sink, {
+      sink,
       shards: shardIndexes(opts.queue.shards).map((shard) => {
         const queue = new Queue<ChangeSlice>(shardQueueName(sink, shard), { connection, prefix });
         // Failures reach callers as rejections; this only keeps BullMQ from printing each one.
@@ -97,27 +107,41 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
     return limit === undefined ? found : found.slice(0, limit);
   }
 
-  /** waiting, active and delayed count JOBS, i.e. slices of up to a page of changes each. */
+  /**
+   * Counted in CHANGES, as with the local queue: the sink's backlog counter (page-commit.ts,
+   * shard-lease.ts) split into the changes of the slices in flight (at most one per shard), the
+   * change waiting for a retry at the head of a shard, and the rest waiting. BullMQ's delayed set
+   * is not used (a retry keeps its slice at the head of its shard, see delivery.ts).
+   */
   async function counts(): Promise<Record<string, SinkJobCounts>> {
     const result: Record<string, SinkJobCounts> = {};
+    // Through a queue's client: like BullMQ's own calls, it waits for a first connection (and the
+    // operation's deadline says so) rather than failing at once.
+    const [anyQueue] = [...queuesBySink.values()].flatMap((q) => q.shards);
+    const client = anyQueue ? ((await anyQueue.backend.client) as unknown as Redis) : connection;
+    const backlog = await client.hgetall(backlogKey(opts.queue.prefix));
     for (const [sink, queues] of queuesBySink) {
+      let queued = Math.max(0, Number(backlog[sink] ?? 0));
       const total: SinkJobCounts = { waiting: 0, active: 0, delayed: 0, failed: 0, dead: 0 };
       for (const queue of queues.shards) {
-        const c = await queue.getJobCounts('wait', 'active', 'delayed', 'failed');
-        total.waiting += c.wait ?? 0;
-        total.active += c.active ?? 0;
-        total.delayed += c.delayed ?? 0;
-        // A slice waiting for its next attempt stays at the head of its shard (see delivery.ts), so
-        // peeking at the one job per shard that moves next finds all of them.
+        const c = await queue.getJobCounts('active', 'failed');
+        if ((c.active ?? 0) > 0)
+          for (const job of await queue.getJobs(['active'], 0, -1, true))
+            if (job) total.active += undeliveredCount(job);
         const [head] = await queue.getJobs(['wait'], 0, 0, true);
         if (head && progressOf(head).attempts > 0) total.failed += 1;
         // Failed slices not yet buried (their worker died first) are dead changes all the same;
         // read a page at a time, so memory stays bounded however many there are.
         for (let start = 0; start < (c.failed ?? 0); start += DEAD_PAGE) {
-          for (const job of await queue.getJobs(['failed'], start, start + DEAD_PAGE - 1, true))
-            if (job) total.dead += undeliveredCount(job);
+          for (const job of await queue.getJobs(['failed'], start, start + DEAD_PAGE - 1, true)) {
+            if (!job) continue;
+            const n = undeliveredCount(job);
+            total.dead += n;
+            queued -= n;
+          }
         }
       }
+      total.waiting = Math.max(0, queued - total.active - total.failed);
       total.dead += (await queues.dead.getJobCounts('wait')).wait ?? 0;
       result[sink] = total;
     }
@@ -168,6 +192,7 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
       const change = job.data.change;
       const shard = queues.shards[shardOf(change, queues.shards.length)]!;
       await shard.add('slice', { changes: [change] }, { ...jobOptions, jobId: retrySliceJobId(change) });
+      await connection.hincrby(backlogKey(opts.queue.prefix), queues.sink, 1);
       await job.remove();
     });
   }

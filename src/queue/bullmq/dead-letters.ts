@@ -64,6 +64,12 @@ export async function buryFailedSlice(job: Job, dead: Queue<DeadChange>): Promis
     changes.map((change) => ({ change, error, attempts, failedAt })),
   );
   await job.remove();
+  // They leave the sink's backlog (page-commit.ts) for its dead letters.
+  if (changes.length > 0) {
+    const sink = dead.name.slice(0, -'.dead'.length);
+    const client = (await dead.backend.client) as unknown as Redis;
+    await client.hincrby(`${dead.opts.prefix ?? ''}:backlog`, sink, -changes.length);
+  }
   return changes;
 }
 

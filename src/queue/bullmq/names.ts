@@ -17,6 +17,7 @@
 //   lease token     `{feedsync}:lease-token:scheduling`  counter, +1 per acquisition (fencing)
 //   shard lease     `{feedsync}:shard-lease:hook.2` `<token> <owner>` of the worker delivering a slice
 //   shard token     `{feedsync}:shard-lease-token:hook.2`  counter, +1 per acquisition (fencing)
+//   backlog         `{feedsync}:backlog`            hash: per sink, changes queued and not yet delivered
 //   pollers         `{feedsync}:pollers`            zset of live poll replicas, score = expiry
 //   commit stats    `{feedsync}:commit-stats`       hash: pages and slice jobs committed
 //
@@ -106,6 +107,11 @@ export function shardLeaseKey(prefix: string, sink: string, shard: number): stri
 /** Counter, +1 per acquisition of the shard lease (its fencing token). */
 export function shardLeaseTokenKey(prefix: string, sink: string, shard: number): string {
   return `${bullPrefix(prefix)}:shard-lease-token:${sink}.${shard}`;
+}
+
+/** Hash: per sink, the changes queued and not yet delivered or dead-lettered (exact; see page-commit.ts). */
+export function backlogKey(prefix: string): string {
+  return `${bullPrefix(prefix)}:backlog`;
 }
 
 export function pollersKey(prefix: string): string {

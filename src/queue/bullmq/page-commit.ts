@@ -18,26 +18,31 @@ import { Job, type Queue } from 'bullmq';
 import type { ChainableCommander, Redis } from 'ioredis';
 import { FeedsyncError, errorMessage } from '../../core/errors.js';
 import type { LeaseFence } from './lease.js';
-import { commitStatsKey, sourceStateKey } from './names.js';
+import { backlogKey, commitStatsKey, sourceStateKey } from './names.js';
 import type { ChangeSlice } from './slice.js';
 import { cursorFields } from './source-state.js';
 
-// KEYS: state hash, stats hash, lease key, then the job hash of every slice. ARGV: cursor,
-// seen_above, now, the lease value ('' when unfenced). The lease is checked again here, inside the
-// transaction, besides the WATCH: whatever happens to the connection, a cursor moves only under
-// the lease that read the page.
+// KEYS: state hash, stats hash, lease key, backlog hash, then the job hash of every slice. ARGV:
+// cursor, seen_above, now, the lease value ('' when unfenced), the changes queued per sink (JSON).
+// The lease is checked again here, inside the transaction, besides the WATCH: whatever happens to
+// the connection, a cursor moves only under the lease that read the page. The backlog counts
+// changes (not slices) per sink, so `max_backlog`, `status` and the metrics mean the same thing
+// with both drivers; the progress script of the workers (shard-lease.ts) counts them out.
 const WRITE_CURSOR = `
 if ARGV[4] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[4] then
   return redis.error_reply('FENCED the source lease is no longer ours; cursor not moved')
 end
-for i = 4, #KEYS do
+for i = 5, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 0 then
     return redis.error_reply('job ' .. KEYS[i] .. ' of the page is missing; cursor not moved')
   end
 end
 redis.call('HSET', KEYS[1], 'cursor', ARGV[1], 'seen_above', ARGV[2], 'updated_at', ARGV[3])
 redis.call('HINCRBY', KEYS[2], 'pages', 1)
-redis.call('HINCRBY', KEYS[2], 'slices', #KEYS - 3)
+redis.call('HINCRBY', KEYS[2], 'slices', #KEYS - 4)
+for sink, n in pairs(cjson.decode(ARGV[5])) do
+  if n > 0 then redis.call('HINCRBY', KEYS[4], sink, n) end
+end
 return 1`;
 
 export interface PlannedSlice {
@@ -49,6 +54,8 @@ export interface PlannedSlice {
 export interface PagePlan {
   source: string;
   slices: PlannedSlice[];
+  /** Changes queued per sink name. */
+  queued: Record<string, number>;
   cursor: number;
   seenAbove: number[];
 }
@@ -133,15 +140,17 @@ export function createPageCommitter(opts: {
       const jobKeys = plan.slices.map((slice) => slice.queue.toKey(slice.jobId));
       tx.eval(
         WRITE_CURSOR,
-        3 + jobKeys.length,
+        4 + jobKeys.length,
         stateKey,
         statsKey,
         fence?.leaseKey ?? stateKey,
+        backlogKey(prefix),
         ...jobKeys,
         fields.cursor!,
         fields.seen_above!,
         fields.updated_at!,
         fence?.value ?? '',
+        JSON.stringify(plan.queued),
       );
       if (fence && connections !== epoch)
         throw new FeedsyncError(

@@ -11,7 +11,7 @@ import type { Change } from '../../core/change.js';
 import { passesFilter } from '../../sinks/filter.js';
 import type { ChangeQueue, PageCommit } from '../queue.js';
 import type { RedisSourceLeases } from './lease.js';
-import { assertSinkName, bullPrefix, shardIndexes, shardOf, shardQueueName } from './names.js';
+import { assertSinkName, backlogKey, bullPrefix, shardIndexes, shardOf, shardQueueName } from './names.js';
 import { createPageCommitter, LeaseFencedError, type PlannedSlice } from './page-commit.js';
 import { closeRedis, createRedisConnection, requireRedisUrl } from './redis.js';
 import { sliceJobId, sliceJobOptions, type ChangeSlice } from './slice.js';
@@ -65,8 +65,6 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
       (shard) =>
         new Queue<ChangeSlice>(shardQueueName(sink.name, shard), { connection: commitConnection, prefix }),
     ),
-    /** What this producer queued so far, for the backlog estimate (see computeBacklog). */
-    added: { jobs: 0, changes: 0 },
   }));
   for (const sink of sinks) {
     for (const q of [...sink.queues, ...sink.commitQueues]) {
@@ -79,7 +77,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
 
   let backlogCache: { value: number; at: number } | undefined;
   let backlogInFlight: Promise<number> | undefined;
-  /** Changes this producer has queued (the largest sink's share of each page), for the estimate. */
+  /** Changes this producer has queued (the largest sink's share of each page), counted in between reads. */
   let queuedTotal = 0;
   let closed: Promise<void> | undefined;
 
@@ -95,7 +93,6 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
       throw new LeaseFencedError(commit.source, 'this replica does not hold the lease');
     const slices: PlannedSlice[] = [];
     const queued: Record<string, number> = {};
-    const jobsPerSink = new Map<string, number>();
     for (const sink of sinks) {
       queued[sink.name] = 0;
       // Group by shard while keeping feed order inside each shard: that is the order workers see.
@@ -110,9 +107,14 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
       }
       for (const [shard, changes] of perShard)
         slices.push({ queue: sink.commitQueues[shard]!, jobId: sliceJobId(changes), changes });
-      jobsPerSink.set(sink.name, perShard.size);
     }
-    const plan = { source: commit.source, slices, cursor: commit.cursor, seenAbove: commit.seenAbove };
+    const plan = {
+      source: commit.source,
+      slices,
+      queued,
+      cursor: commit.cursor,
+      seenAbove: commit.seenAbove,
+    };
     // With the offline queue off, a dropped connection fails at once; but BullMQ waits for the very
     // first "ready" without limit, so a Redis that was never reachable would hang the poller.
     const result = await withDeadline(
@@ -135,10 +137,6 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
         { cause: reason },
       );
     }
-    for (const sink of sinks) {
-      sink.added.jobs += jobsPerSink.get(sink.name) ?? 0;
-      sink.added.changes += queued[sink.name] ?? 0;
-    }
     // Counted in at once (the next recount replaces the sum with Redis's figures), so the poller
     // never has to wait for a recount on its critical path.
     const added = Math.max(0, ...Object.values(queued));
@@ -147,25 +145,13 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     return queued;
   }
 
-  /**
-   * `queue.max_backlog` counts undelivered CHANGES, but Redis only counts jobs, each a slice of
-   * several. Reading every queued slice to count exactly would cost far more than the poll it
-   * guards, so the backlog is estimated: queued jobs (waiting + active + delayed) × the mean number
-   * of changes per job this producer has added to that sink so far (1 before its first add). Slices
-   * partly delivered, or queued by an earlier process with other page sizes, make it approximate;
-   * back-pressure only needs the order of magnitude.
-   */
+  /** The largest sink backlog in changes: the counters the commits and the workers keep (page-commit.ts). */
   async function computeBacklog(): Promise<number> {
-    let max = 0;
-    for (const sink of sinks) {
-      const counts = await Promise.all(
-        sink.queues.map((q) => q.getJobCounts('waiting', 'active', 'delayed')),
-      );
-      const jobs = counts.reduce((sum, c) => sum + (c.waiting ?? 0) + (c.active ?? 0) + (c.delayed ?? 0), 0);
-      const perJob = sink.added.jobs > 0 ? sink.added.changes / sink.added.jobs : 1;
-      max = Math.max(max, Math.round(jobs * perJob));
-    }
-    return max;
+    // Through a queue's client: it waits for the first connection, as the commits do.
+    const first = sinks[0]?.queues[0];
+    const client = first ? ((await first.backend.client) as unknown as Redis) : connection;
+    const counts = await client.hmget(backlogKey(opts.queue.prefix), ...sinks.map((s) => s.name));
+    return Math.max(0, ...counts.map((n) => Number(n ?? 0)));
   }
 
   /**

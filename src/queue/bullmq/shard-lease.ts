@@ -28,14 +28,20 @@ import { ownerOf, RELEASE, RENEW } from './lease-scripts.js';
 
 /** How often a worker asks again for a shard another worker holds. */
 const RETRY_MS = 100;
-import { shardLeaseKey, shardLeaseTokenKey } from './names.js';
+import { backlogKey, shardLeaseKey, shardLeaseTokenKey } from './names.js';
 
-// KEYS: shard lease, job hash, job lock. ARGV: the lease value, the progress JSON, the job lock token.
-// Written only by the worker holding both the shard and the job.
+// KEYS: shard lease, job hash, job lock, backlog hash. ARGV: the lease value, the progress JSON,
+// the job lock token, the sink. Written only by the worker holding both the shard and the job; the
+// changes it moves past (delivered or dead-lettered) leave the sink's backlog in the same step.
 const SAVE_PROGRESS = `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if redis.call('GET', KEYS[3]) ~= ARGV[3] then return 0 end
+local before = 0
+local ok, old = pcall(cjson.decode, redis.call('HGET', KEYS[2], 'progress') or '0')
+if ok and type(old) == 'table' and tonumber(old.done) then before = tonumber(old.done) end
+local done = tonumber(cjson.decode(ARGV[2]).done) or 0
 redis.call('HSET', KEYS[2], 'progress', ARGV[2])
+if done > before then redis.call('HINCRBY', KEYS[4], ARGV[4], before - done) end
 return 1`;
 // Takes the shard for one slice job, in one round trip. KEYS: shard lease, its token counter, the
 // job hash, the job lock. ARGV: owner, TTL, the job lock token. Returns {0, holder} while another
@@ -132,6 +138,7 @@ export class ShardLeases {
     shard: number,
   ): ShardLease {
     const { connection, ttlMs } = this.opts;
+    const backlog = backlogKey(this.opts.prefix);
     let renewedAt = sent;
     let lost = false;
     let released = false;
@@ -158,13 +165,15 @@ export class ShardLeases {
       async saveProgress(jobKey, lockToken, progress) {
         const written = await connection.eval(
           SAVE_PROGRESS,
-          3,
+          4,
           key,
           jobKey,
           `${jobKey}:lock`,
+          backlog,
           value,
           JSON.stringify(progress),
           lockToken,
+          sink,
         );
         return Number(written) === 1;
       },
