@@ -72,14 +72,12 @@ describe(`bullmq: a worker frozen past its lease ${note}`, () => {
     const start = (mode: 'poll' | 'work', id: string, sinkSeed: number) =>
       spawnCli([mode], { config: configPath, env: { WORKER_ID: id, SINK_SEED: String(sinkSeed) } });
     const procs = [start('poll', 'poll', 0), start('work', 'a', seed + 1), start('work', 'b', seed + 2)];
-    const frozen = procs[1]!;
     await waitStarted(...procs);
 
-    await eventually(
-      () => readAttempts(dir).filter((a) => a.pid === frozen.pid).length >= 20,
-      30_000,
-      `worker a delivering ${note}`,
-    );
+    // Freeze the worker that is delivering right now (whichever BullMQ gave the slices to).
+    await eventually(() => readAttempts(dir).length >= 20, 30_000, `deliveries under way ${note}`);
+    const latest = readAttempts(dir).sort((x, y) => y.start - x.start)[0]!;
+    const frozen = procs.find((p) => p.pid === latest.pid)!;
     frozen.signal('SIGSTOP');
     await sleep(FREEZE_MS);
     const resumedAt = Date.now();
