@@ -2,8 +2,7 @@
 // queue.concurrency 4 and the default shards deliver to a module sink that takes a random little
 // time and sometimes asks to retry. For every subject the first deliveries follow the feed's order,
 // and no two deliveries of one subject are ever in flight at the same time, in any process.
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSandbox, type Sandbox, type SandboxEvent } from '../../src/sandbox/index.js';
 import { tempDir } from '../support/harness.js';
@@ -18,30 +17,12 @@ import {
   testSeed,
   waitStarted,
 } from './support.js';
+import { readAttempts, type Attempt } from './fixtures/order-sink-records.js';
 
 const BACKLOG = 500;
 const SHUTDOWN_MS = 5000;
 const seed = testSeed();
 const note = seedNote(seed);
-
-interface Attempt {
-  key: string;
-  event_id: number;
-  subject_url: string;
-  start: number;
-  end: number;
-  ok: boolean;
-  pid: number;
-}
-
-function readAttempts(dir: string): Attempt[] {
-  if (!existsSync(dir)) return [];
-  return readdirSync(dir)
-    .filter((f) => f.startsWith('attempts-'))
-    .flatMap((f) => readFileSync(join(dir, f), 'utf8').split('\n'))
-    .filter((line) => line.trim() !== '')
-    .map((line) => JSON.parse(line) as Attempt);
-}
 
 /** Feed order: scheduling lists by id, workflow by timestamp then id (the sandbox's spec reading). */
 function feedOrder(events: SandboxEvent[], service: 'scheduling' | 'workflow'): SandboxEvent[] {

@@ -5,38 +5,19 @@
 // started after the other worker had delivered them, one subject delivered by two processes at
 // once). Now: it starts nothing once resumed; the only copies are the sink calls in flight at the
 // freeze, and it reports each of them; per-subject order and exclusion hold otherwise.
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { tempDir } from '../support/harness.js';
 import { killAllCli, spawnCli, writeConfig } from '../support/process.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
 import { bullmqConfig, eventually, sandboxKeys, seedNote, sleep, testSeed, waitStarted } from './support.js';
+import { readAttempts, type Attempt } from './fixtures/order-sink-records.js';
 
 const TTL_MS = 3000;
 const FREEZE_MS = 8000;
 const seed = testSeed();
 const note = seedNote(seed);
-
-interface Attempt {
-  key: string;
-  event_id: number;
-  subject_url: string;
-  start: number;
-  end: number;
-  ok: boolean;
-  pid: number;
-}
-
-function readAttempts(dir: string): Attempt[] {
-  if (!existsSync(dir)) return [];
-  return readdirSync(dir)
-    .filter((f) => f.startsWith('attempts-'))
-    .flatMap((f) => readFileSync(join(dir, f), 'utf8').split('\n'))
-    .filter((line) => line.trim() !== '')
-    .map((line) => JSON.parse(line) as Attempt);
-}
 
 describe(`bullmq: a worker frozen past its lease ${note}`, () => {
   let sandbox: Sandbox;
