@@ -5,7 +5,6 @@
 import { afterEach, expect, it } from 'vitest';
 import { killAllCli } from '../support/process.js';
 import {
-  expectCursorUnmoved,
   expectDeliveredOnce,
   expectHealthy,
   Feed,
@@ -15,7 +14,6 @@ import {
   JSON_TYPE,
   jsonReply,
   makeEvents,
-  PASSWORD,
   Servers,
   sleep,
   startRun,
@@ -23,6 +21,7 @@ import {
   type HostileUpstream,
   type Reply,
   type RouteContext,
+  refusedThenHealed,
 } from './support.js';
 
 const servers = new Servers();
@@ -36,44 +35,23 @@ afterEach(async () => {
  * error naming the page's URL and matching `detail`, the same page is asked again, nothing of it
  * is delivered; healed, every event arrives once.
  */
-async function failsThenHeals(opts: {
+function failsThenHeals(opts: {
   label: string;
   hostile: (ctx: RouteContext, foreign: HostileUpstream) => Reply;
   detail: RegExp;
   format?: 'json' | 'xml';
   first: number;
-}): Promise<{ foreign: HostileUpstream; upstream: HostileUpstream; output: string; jsonl: string }> {
-  const feed = new Feed('scheduling', makeEvents('scheduling', opts.first, 8));
-  const foreign = await servers.foreign();
-  const upstream = await servers.start({
-    name: 'upstream',
-    handler: (ctx) =>
-      ctx.mode === 'hostile' && isFeed(ctx) ? opts.hostile(ctx, foreign) : healthyReply(ctx, feed),
-  });
-  const run = await startRun({
-    service: 'scheduling',
-    upstream,
-    source: { format: opts.format ?? 'json' },
+}) {
+  const pageUrl = (upstream: HostileUpstream) =>
+    upstream.url(upstream.feedRequests()[0]?.url ?? '/api/events');
+  return refusedThenHealed(servers, {
     label: opts.label,
+    feed: new Feed('scheduling', makeEvents('scheduling', opts.first, 8)),
+    hostile: (ctx, foreign) => (isFeed(ctx) ? opts.hostile(ctx, foreign) : undefined),
+    source: { format: opts.format ?? 'json' },
+    failure: (e, upstream) => e.includes(`GET ${pageUrl(upstream)}`),
+    check: (err) => expect(err).toMatch(opts.detail),
   });
-  let changes;
-  try {
-    const url = () => upstream.url(upstream.feedRequests()[0]?.url ?? '/api/events');
-    const failure = await run.waitForPollFailure(
-      (e) => e.includes(`GET ${url()}`),
-      15_000,
-      'a failed poll naming the page',
-    );
-    expect(String(failure.err)).toMatch(opts.detail);
-    expect(String(failure.err)).not.toContain(PASSWORD);
-    await expectCursorUnmoved(run, upstream, 0, feed.ids());
-    upstream.heal();
-    changes = await run.waitForIds(feed.ids(), 15_000);
-  } finally {
-    expectHealthy(run, await run.finish(), { foreign: [foreign] });
-  }
-  expectDeliveredOnce(changes, feed, run.source);
-  return { foreign, upstream, output: run.proc.text(), jsonl: JSON.stringify(changes) };
 }
 
 /** A one-event XML page (the event `id`, its subject on the upstream) with a DOCTYPE and `changes` as given. */

@@ -4,7 +4,6 @@
 import { afterEach, expect, it } from 'vitest';
 import { killAllCli } from '../support/process.js';
 import {
-  expectCursorUnmoved,
   expectDeliveredOnce,
   expectHealthy,
   expectRefusalText,
@@ -18,6 +17,7 @@ import {
   Servers,
   startRun,
   subjectPath,
+  refusedThenHealed,
 } from './support.js';
 
 const servers = new Servers();
@@ -29,66 +29,36 @@ afterEach(async () => {
 const NAMES_DEPTH = /deep|depth|nest/i;
 
 it('a feed page of 100,000 nested JSON arrays is refused as too_deep naming the URL; healed → delivered', async () => {
-  const feed = new Feed('scheduling', makeEvents('scheduling', 601, 12));
   const deep = `{"resource_type":"events","entries":[${'['.repeat(100_000)}${']'.repeat(100_000)}]}`;
-  const upstream = await servers.start({
-    name: 'upstream',
-    handler: (ctx) => (ctx.mode === 'hostile' && isFeed(ctx) ? jsonReply(deep) : healthyReply(ctx, feed)),
+  await refusedThenHealed(servers, {
+    label: 'deep-feed',
+    feed: new Feed('scheduling', makeEvents('scheduling', 601, 12)),
+    hostile: (ctx) => (isFeed(ctx) ? jsonReply(deep) : undefined),
+    failure: (e) => e.includes('refused GET'),
+    check: (err, upstream) =>
+      expectRefusalText(err, upstream.url(upstream.feedRequests()[0]!.url), NAMES_DEPTH),
+    metric: { name: 'feedsync_upstream_refusals_total', labels: { reason: 'too_deep' } },
+    timeoutMs: 10_000,
   });
-  const foreign = await servers.foreign();
-  const run = await startRun({ service: 'scheduling', upstream, label: 'deep-feed' });
-  let changes;
-  try {
-    const failure = await run.waitForPollFailure(
-      (e) => e.includes('refused GET'),
-      10_000,
-      'a refused feed page',
-    );
-    expectRefusalText(String(failure.err), upstream.url(upstream.feedRequests()[0]!.url), NAMES_DEPTH);
-    await expectCursorUnmoved(run, upstream, 0, feed.ids());
-    expect
-      .soft(await metricOr(run, 'feedsync_upstream_refusals_total', { reason: 'too_deep' }))
-      .toBeGreaterThanOrEqual(1);
-    upstream.heal();
-    changes = await run.waitForIds(feed.ids(), 10_000);
-  } finally {
-    expectHealthy(run, await run.finish(), { foreign: [foreign] });
-  }
-  expectDeliveredOnce(changes, feed, run.source);
 });
 
 it('a subject nested 3,000 deep is refused as too_deep naming the subject URL and the event id; healed → delivered', async () => {
   const events = makeEvents('workflow', 7011, 5);
   const deepPath = subjectPath('workflow', 913);
   events[2]!.subject = deepPath; // event 7013
-  const feed = new Feed('workflow', events);
   const deep = `{"resource_type":"job","id":913,"tree":${'['.repeat(3000)}${']'.repeat(3000)}}`;
-  const upstream = await servers.start({
-    name: 'upstream',
-    handler: (ctx) =>
-      ctx.mode === 'hostile' && ctx.path === deepPath ? jsonReply(deep) : healthyReply(ctx, feed),
+  await refusedThenHealed(servers, {
+    label: 'deep-subject',
+    feed: new Feed('workflow', events),
+    hostile: (ctx) => (ctx.path === deepPath ? jsonReply(deep) : undefined),
+    failure: (e) => e.includes('refused GET'),
+    check: (err, upstream) => {
+      expectRefusalText(err, upstream.url(deepPath), NAMES_DEPTH);
+      expect(err, 'the error names event 7013').toMatch(/\b7013\b/);
+    },
+    metric: { name: 'feedsync_upstream_refusals_total', labels: { reason: 'too_deep' } },
+    timeoutMs: 10_000,
   });
-  const foreign = await servers.foreign();
-  const run = await startRun({ service: 'workflow', upstream, label: 'deep-subject' });
-  let changes;
-  try {
-    const failure = await run.waitForPollFailure(
-      (e) => e.includes('refused GET'),
-      10_000,
-      'a refused subject',
-    );
-    expectRefusalText(String(failure.err), upstream.url(deepPath), NAMES_DEPTH);
-    expect(String(failure.err), 'the error names event 7013').toMatch(/\b7013\b/);
-    await expectCursorUnmoved(run, upstream, 0, feed.ids());
-    expect
-      .soft(await metricOr(run, 'feedsync_upstream_refusals_total', { reason: 'too_deep' }))
-      .toBeGreaterThanOrEqual(1);
-    upstream.heal();
-    changes = await run.waitForIds(feed.ids(), 10_000);
-  } finally {
-    expectHealthy(run, await run.finish(), { foreign: [foreign] });
-  }
-  expectDeliveredOnce(changes, feed, run.source);
 });
 
 it('400 distinct unknown event types: every event delivered, feedsync_events_total keeps to known types + "unknown"', async () => {

@@ -1019,3 +1019,53 @@ export async function eventsCounted(run: DaemonRun): Promise<number | string> {
     return `unreadable: ${(err as Error).message}`;
   }
 }
+
+/**
+ * The shape most scenarios share: a source whose upstream answers `hostile` (where it returns a
+ * reply; elsewhere the healthy feed) until healed. The poll fails with an error `failure` picks,
+ * `check` inspects it, the same page is asked again (cursor unmoved), `metric` (when given) counts
+ * it; healed, every event arrives once, and the run stayed healthy throughout.
+ */
+export async function refusedThenHealed(
+  servers: Servers,
+  opts: {
+    label: string;
+    feed: Feed;
+    hostile: (ctx: RouteContext, foreign: HostileUpstream) => Reply | undefined;
+    source?: Record<string, unknown>;
+    failure: (err: string, upstream: HostileUpstream) => boolean;
+    check: (err: string, upstream: HostileUpstream) => void;
+    metric?: { name: string; labels: Record<string, string> };
+    timeoutMs?: number;
+  },
+): Promise<{ foreign: HostileUpstream; upstream: HostileUpstream; output: string; jsonl: string }> {
+  const { feed } = opts;
+  const foreign = await servers.foreign();
+  const upstream = await servers.start({
+    name: 'upstream',
+    handler: (ctx) =>
+      (ctx.mode === 'hostile' ? opts.hostile(ctx, foreign) : undefined) ?? healthyReply(ctx, feed),
+  });
+  const run = await startRun({ service: feed.service, upstream, source: opts.source, label: opts.label });
+  const timeoutMs = opts.timeoutMs ?? 15_000;
+  let changes;
+  try {
+    const failure = await run.waitForPollFailure(
+      (e) => opts.failure(e, upstream),
+      timeoutMs,
+      `a failed poll (${opts.label})`,
+    );
+    const err = String(failure.err);
+    expect(err).not.toContain(PASSWORD);
+    opts.check(err, upstream);
+    await expectCursorUnmoved(run, upstream, 0, feed.ids());
+    if (opts.metric)
+      expect.soft(await metricOr(run, opts.metric.name, opts.metric.labels)).toBeGreaterThanOrEqual(1);
+    upstream.heal();
+    changes = await run.waitForIds(feed.ids(), timeoutMs);
+  } finally {
+    expectHealthy(run, await run.finish(), { foreign: [foreign] });
+  }
+  expectDeliveredOnce(changes, feed, run.source);
+  return { foreign, upstream, output: run.proc.text(), jsonl: JSON.stringify(changes) };
+}
