@@ -6,7 +6,7 @@ import { filterSchema, name, nonEmpty } from '../config/fields.js';
 import { ConfigError, errorMessage, FeedsyncError, NeverError, RetryLaterError } from '../core/errors.js';
 import type { Change } from '../core/change.js';
 import type { SinkDefinition } from './definition.js';
-import type { Sink, SinkContext, SinkFactory } from './sink.js';
+import type { DeliveryContext, Sink, SinkContext, SinkFactory } from './sink.js';
 
 /** A `type: module` entry of `sinks`. */
 export const moduleSinkSchema = z.strictObject({
@@ -62,16 +62,32 @@ export async function openModuleSink(config: ModuleSinkConfig, ctx: SinkContext)
 class GuardedSink implements Sink {
   private closing: Promise<void> | undefined;
 
+  /** Offered only when the user's module offers it: the queue then sends it runs of changes. */
+  readonly deliverBatch?: (changes: Change[], context?: DeliveryContext) => Promise<void>;
+
   constructor(
     private readonly name: string,
     private readonly modulePath: string,
     private readonly inner: Sink,
-  ) {}
+  ) {
+    if (typeof inner.deliverBatch === 'function') {
+      const batch = inner.deliverBatch.bind(inner);
+      this.deliverBatch = async (changes, context) => {
+        if (this.closing) throw new RetryLaterError(`sink "${this.name}": closed`);
+        try {
+          await batch(changes, context);
+        } catch (err) {
+          throw this.classify(err, changes[0]?.key ?? '(empty batch)');
+        }
+      };
+    }
+  }
 
-  async deliver(change: Change): Promise<void> {
+  /** `context.fence` reaches the module: a module that can fence refuses a stale writer (docs). */
+  async deliver(change: Change, context?: DeliveryContext): Promise<void> {
     if (this.closing) throw new RetryLaterError(`sink "${this.name}": closed`);
     try {
-      await this.inner.deliver(change);
+      await this.inner.deliver(change, context);
     } catch (err) {
       throw this.classify(err, change.key);
     }

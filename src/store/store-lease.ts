@@ -137,7 +137,11 @@ export class StoreLease {
     clearInterval(this.timer);
     if (!this.db.open) return;
     try {
-      this.db.prepare('DELETE FROM store_lease WHERE owner = ? AND token = ?').run(this.owner, this.token);
+      // Expired, not deleted: the next claim must still raise the token (a sink that fences
+      // remembers the highest token it saw, and a claim starting again at 1 would be refused).
+      this.db
+        .prepare('UPDATE store_lease SET heartbeat_at = 0 WHERE id = 1 AND owner = ? AND token = ?')
+        .run(this.owner, this.token);
       removeFence(this.db);
     } catch {
       // A busy or closed store: the lease then simply expires.

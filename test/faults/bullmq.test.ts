@@ -1,22 +1,23 @@
 // The short seeded fault run of scaled mode (the soak, `npm run soak`, runs many more): two
 // `feedsync poll` (one holds each source, the other stands by) and two `feedsync work` over a real
-// redis-server (AOF everysec), each process behind its own TCP proxy, three sinks, and a handful
+// redis-server (AOF everysec), each process behind its own TCP proxy, four sinks, and a handful
 // of seeded faults — kill -9, SIGSTOP past the leases, Redis killed/restarted or frozen, Redis
 // connections cut or frozen, sinks failing/hanging/slow, `cursor set/reset` racing the pollers, the
 // feed switching dialects or failing — then the checker over the whole history (checker.ts lists
 // the anomaly kinds). FAULT_SEED=n replays a run.
-import { describe, expect, it } from 'vitest';
-import { faultSeed, runFaultScenario } from './runner.js';
+import { afterAll, describe, expect, it } from 'vitest';
+import { cleanupFaultRuns, faultSeed, runFaultScenario } from './runner.js';
 
 const seed = faultSeed();
 
 describe(`fault injection, bullmq driver (FAULT_SEED=${seed})`, () => {
+  afterAll(cleanupFaultRuns);
   it('no anomaly in the whole history', { timeout: 150_000 }, async () => {
     const run = await runFaultScenario({
       seed,
       scenario: 'bullmq',
       faults: Number(process.env.FAULT_COUNT ?? 7),
-      maxFaultMs: Number(process.env.FAULT_MAX_MS ?? 20_000),
+      maxFaultMs: Number(process.env.FAULT_MAX_MS ?? 10_000),
       backlog: Number(process.env.FAULT_BACKLOG ?? 3000),
       rate: Number(process.env.FAULT_RATE ?? 30),
       drainMs: 30_000,

@@ -58,6 +58,7 @@ function base(overrides: Partial<History> = {}): History {
     leaseSamples: [],
     cursorCommands: [],
     afterLeaseLoss: [],
+    mirror: null,
     ...overrides,
   };
 }
@@ -179,6 +180,39 @@ describe('fault history checker', () => {
     const r = check(wrong);
     expect(r.counts.order).toBe(1);
     expect(r.anomalies[0]!.key).toBe('workflow:202');
+  });
+
+  it('order: a change a reset skipped and a rewind queued again is not judged', () => {
+    clock = 0;
+    // 102 skipped by a reset to latest (101 → 103), queued again by a rewind (104 → 101): after 103.
+    const deliveries = [
+      ...cleanDeliveries().filter((x) => x.key !== 'scheduling:102'),
+      d('scheduling:102', 10, 9000),
+      d('scheduling:103', 10, 9010),
+      d('scheduling:104', 10, 9020),
+    ];
+    const reset = {
+      source: 'scheduling',
+      args: ['cursor', 'reset'],
+      start: T0 + 100,
+      end: T0 + 200,
+      ok: true,
+      before: 101,
+      after: 103,
+      output: '',
+    };
+    const rewind = {
+      source: 'scheduling',
+      args: ['cursor', 'set'],
+      start: T0 + 8000,
+      end: T0 + 8500,
+      ok: true,
+      before: 104,
+      after: 101,
+      output: '',
+    };
+    expect(kinds(base({ deliveries, cursorCommands: [reset, rewind] }))).toEqual({});
+    expect(kinds(base({ deliveries, cursorCommands: [rewind] }))).toEqual({ order: 1 });
   });
 
   it('copy: the same key twice with no fault is flagged', () => {
@@ -477,6 +511,25 @@ describe('fault history checker', () => {
         }),
       ),
     ).toEqual({});
+  });
+
+  it('mirror-stale: the mirror sink ends with a subject not at its last event in feed order, or not deleted', () => {
+    clock = 0;
+    const row = (last: number, deleted = false) => ({ last, deleted });
+    // s/a's last event is 104; w/x's last in feed order is 203 (workflow lists 202, 201, 203).
+    const ok = { 's/a': row(104), 'w/x': row(203) };
+    expect(kinds(base({ deliveries: cleanDeliveries(), mirror: ok }))).toEqual({});
+    expect(kinds(base({ deliveries: cleanDeliveries(), mirror: { ...ok, 's/a': row(103) } }))).toEqual({
+      'mirror-stale': 1,
+    });
+    expect(kinds(base({ deliveries: cleanDeliveries(), mirror: { 's/a': row(104) } }))).toEqual({
+      'mirror-stale': 1,
+    });
+    // A deleted subject: the tombstone is what counts, whatever the feed lists after the delete.
+    const h = base({ deliveries: cleanDeliveries() });
+    h.events = h.events.map((e) => (e.key === 'workflow:201' ? { ...e, event_type: 'job_deleted' } : e));
+    expect(kinds({ ...h, mirror: { ...ok, 'w/x': row(201, true) } })).toEqual({});
+    expect(kinds({ ...h, mirror: ok })).toEqual({ 'mirror-stale': 1 });
   });
 
   it('stall: a failing sink keeps another sink from delivering what was queued for it', () => {

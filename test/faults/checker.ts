@@ -11,11 +11,13 @@
 //                  sink never received (minus the events a successful `cursor reset` skipped).
 //  unexpected      a sink received a change its filter excludes, or one no sandbox event made.
 //  overlap         two deliveries of one subject to one sink in flight at once (any processes),
-//                  unless one of them was frozen in flight by a fault that cost its process its
-//                  lease (SIGSTOP of that process, Redis frozen, its Redis connections frozen/cut).
+//                  unless one of them was already in flight when a fault that can cost its process
+//                  its lease began (SIGSTOP of that process, Redis frozen, its Redis connections
+//                  frozen or cut).
 //  order           a change's FIRST application started after a newer change (feed order) of the
 //                  same subject had been delivered to that sink (END before START). Copies are
-//                  judged by the copy rules instead.
+//                  judged by the copy rules instead; changes a `cursor reset` skipped (which a
+//                  later rewind may queue again) are not judged.
 //  copy            a copy no fault explains (see COPY RULES below).
 //  copy-uncounted  copies explained only by a SIGSTOP (the original in flight at the freeze) that
 //                  the frozen process's feedsync_deliveries_after_lease_loss_total did not count.
@@ -34,6 +36,12 @@
 //                  between), or a process started later delivers with a lower `context.fence`
 //                  token than an earlier process did in the same scope (a sink that compares tokens,
 //                  as DeliveryFence invites, would then refuse the new owner's deliveries).
+//  mirror-stale    the sqlite mirror sink (the product's own fenced sink) ended with a subject's row
+//                  not at the subject's last event in feed order (or with no row), or not deleted
+//                  though the subject was: the end state a user would see is wrong. (A deleted
+//                  subject is judged by its tombstone alone: a *_deleted event is final even when
+//                  the feed lists a change of it after it. Subjects touched by a skipped range are
+//                  not judged.)
 //  stall           isolation: while one recorded sink was failing/hanging/slow, another recorded
 //                  sink delivered nothing for STALL_MS although changes were queued for it (another
 //                  sink had received them), with no process, Redis or store fault in that time.
@@ -47,9 +55,12 @@
 //                  REDIS_LOSS_MS before it or before its end + GRACE_MS (proxy faults: only
 //                  processes behind that proxy);
 //  store-full, store-lock  ended (its acknowledgement was written) during the fault or GRACE_MS after;
-//  crash           was made by a process that exited by itself (non-zero) after it started;
-//  cursor          (checked first: deliberate) is of a key a successful rewind (`cursor set` below the cursor) put back in the
-//                  queue, and the copy started after the command did.
+//  crash           was made by a process that exited by itself (non-zero) after it started, unless
+//                  that process had been frozen (then only the freeze rule applies) — but a local
+//                  `run` frozen past its store lease exits 1 on resuming: what it delivered before
+//                  the freeze counts as a crash's copies (the standby redelivers its memory window);
+//  cursor          (checked first: deliberate) is of a key after the target of a successful rewind
+//                  (`cursor set` below the cursor), and the copy started after the command did.
 // Sink faults and feed/upstream faults explain no copy.
 import type {
   CursorCommand,
@@ -58,6 +69,7 @@ import type {
   FaultKind,
   FaultRecord,
   History,
+  MirrorRow,
   ProcessLife,
   SinkFilterSpec,
 } from './types.js';
@@ -74,6 +86,7 @@ export const ANOMALY_KINDS = [
   'rewind-not-honoured',
   'cursor-accepted-while-held',
   'token-regression',
+  'mirror-stale',
   'stall',
 ] as const;
 export type AnomalyKind = (typeof ANOMALY_KINDS)[number];
@@ -104,6 +117,8 @@ export interface CheckResult {
 export const REDIS_LOSS_MS = 5_000;
 /** After a fault heals, an acknowledgement held up by it may still complete this much later. */
 export const GRACE_MS = 2_000;
+/** A fault is recorded just before its signal is sent; a START this much later still preceded it. */
+export const SIGNAL_SLACK_MS = 50;
 /** Isolation: this long without a delivery to a sink that had work is a stall. */
 export const STALL_MS = 5_000;
 /** Sink faults shorter than this are not checked for isolation. */
@@ -292,8 +307,11 @@ export function check(h: History): CheckResult {
   }
 
   // (3) order: a first application starting after a newer change of its subject was delivered.
+  // Events a `cursor reset` skipped are left out: a later rewind may queue them again, after newer ones.
   const firstsBySubject = groupBy(
-    [...firstApplication.values()].filter((d) => d.subject !== null && events.has(d.key)),
+    [...firstApplication.values()].filter(
+      (d) => d.subject !== null && events.has(d.key) && !isSkipped(skipped, events.get(d.key)!),
+    ),
     (d) => `${d.sink}\u0000${d.subject}`,
   );
   for (const [subjectKey, firsts] of firstsBySubject) {
@@ -457,6 +475,9 @@ export function check(h: History): CheckResult {
     }
   }
 
+  // The mirror's end state: every subject at its last event in feed order, or deleted.
+  if (h.mirror) for (const a of mirrorStale(h.events, h.mirror, skipped)) add(a);
+
   // (6) isolation: a sink fault on one recorded sink must not stall another.
   const recorded = h.sinks.filter((s) => s.recorded).map((s) => s.name);
   const firstStart = new Map<string, number>();
@@ -519,6 +540,42 @@ export function check(h: History): CheckResult {
   };
 }
 
+/** Subjects whose mirror row is not what the feed says (see mirror-stale). */
+export function mirrorStale(
+  events: ExpectedEvent[],
+  mirror: Record<string, MirrorRow>,
+  skipped: Map<string, [number, number][]>,
+): Anomaly[] {
+  const lastOf = new Map<string, ExpectedEvent>();
+  const deleted = new Set<string>();
+  const touchedBySkip = new Set<string>();
+  for (const e of events) {
+    if (e.subject === null) continue;
+    if (isSkipped(skipped, e)) touchedBySkip.add(e.subject);
+    if (e.event_type.endsWith('_deleted')) deleted.add(e.subject);
+    const prev = lastOf.get(e.subject);
+    if (!prev || e.pos > prev.pos) lastOf.set(e.subject, e);
+  }
+  const out: Anomaly[] = [];
+  for (const [subject, e] of lastOf) {
+    if (touchedBySkip.has(subject)) continue;
+    const row = mirror[subject];
+    const gone = deleted.has(subject);
+    if (row && (gone ? row.deleted : row.last === e.id && !row.deleted)) continue;
+    out.push({
+      kind: 'mirror-stale',
+      source: e.source,
+      key: e.key,
+      detail: !row
+        ? `the mirror has no row for ${subject} (last event ${e.key})`
+        : gone
+          ? `the mirror's row for ${subject} is not deleted (at event ${row.last}), but the subject was`
+          : `the mirror's row for ${subject} is at event ${row.last}${row.deleted ? ' (deleted)' : ''}, the feed's last event of it is ${e.id}`,
+    });
+  }
+  return out;
+}
+
 /** Which fault explains copy `c` given the key's earlier applications (most specific first). */
 function explainCopy(
   h: History,
@@ -529,7 +586,8 @@ function explainCopy(
   const found: { kind: CopyCause; original: Interval; rank: number }[] = [];
   for (const p of earlier) {
     for (const f of h.faults) {
-      const inFlightAt = (t: number) => p.start < t && p.stop > t;
+      // A START a few ms after the fault's recorded start was made before the signal landed.
+      const inFlightAt = (t: number) => p.start < t + SIGNAL_SLACK_MS && p.stop > t;
       switch (f.kind) {
         case 'kill9':
           if (f.pids.includes(p.pid) && p.start <= f.start)
@@ -538,6 +596,16 @@ function explainCopy(
         case 'freeze':
           if (f.pids.includes(p.pid) && inFlightAt(f.start) && c.start > f.start)
             found.push({ kind: 'freeze', original: p, rank: 1 });
+          // The local queue: a `run` frozen past its store lease exits 1 when it resumes, and the
+          // standby redelivers what it held in memory, as after a crash (docs/guarantees.md).
+          else if (
+            h.scenario === 'local' &&
+            f.pids.includes(p.pid) &&
+            p.start <= f.start &&
+            lives.get(p.pid)?.how === 'exited' &&
+            lives.get(p.pid)?.code === 1
+          )
+            found.push({ kind: 'crash', original: p, rank: 5 });
           break;
         case 'redis-kill':
           if (
@@ -566,8 +634,15 @@ function explainCopy(
           break;
       }
     }
+    // A process that exited by itself (not after a freeze: that is judged by the freeze rule).
     const life = lives.get(p.pid);
-    if (life?.how === 'exited' && life.code !== 0 && life.end !== undefined && p.start <= life.end)
+    if (
+      life?.how === 'exited' &&
+      life.code !== 0 &&
+      life.end !== undefined &&
+      p.start <= life.end &&
+      !h.faults.some((f) => f.kind === 'freeze' && f.pids.includes(p.pid))
+    )
       found.push({ kind: 'crash', original: p, rank: 5 });
   }
   const e = { source: c.source, id: c.id };
@@ -580,7 +655,9 @@ function explainCopy(
       cmd.before === null
     )
       continue;
-    if (cmd.after < cmd.before && e.id > cmd.after && e.id <= cmd.before && c.start >= cmd.start)
+    // Every event after the new cursor is queued again (also those above the old cursor that the
+    // workflow rule had remembered as seen: the command clears seen_above).
+    if (cmd.after < cmd.before && e.id > cmd.after && c.start >= cmd.start)
       found.push({ kind: 'cursor', original: earlier[earlier.length - 1]!, rank: -1 });
   }
   if (found.length === 0) return { kind: 'none' };
@@ -588,18 +665,18 @@ function explainCopy(
   return found[0]!;
 }
 
-/** The fault that froze delivery `d` in flight while its process may have lost its lease. */
+/** The fault that caught delivery `d` in flight and may have cost its process its lease. */
 function frozenInFlight(faults: FaultRecord[], d: Interval): string | undefined {
   for (const f of faults) {
     if (!FREEZE_LIKE.has(f.kind)) continue;
     if (f.kind !== 'redis-freeze' && f.pids.length > 0 && !f.pids.includes(d.pid)) continue;
-    if (d.start < f.end && d.stop > f.start) return f.kind;
+    if (d.start < f.start + SIGNAL_SLACK_MS && d.stop > f.start) return f.kind;
   }
   return undefined;
 }
 
 /** Id ranges a successful forward `cursor reset/set` skipped, per source: (before, after]. */
-function skippedByResets(cmds: CursorCommand[]): Map<string, [number, number][]> {
+export function skippedByResets(cmds: CursorCommand[]): Map<string, [number, number][]> {
   const out = new Map<string, [number, number][]>();
   for (const c of cmds) {
     if (!c.ok || c.after === undefined) continue;
@@ -612,15 +689,19 @@ function skippedByResets(cmds: CursorCommand[]): Map<string, [number, number][]>
   return out;
 }
 
-function isSkipped(skipped: Map<string, [number, number][]>, e: ExpectedEvent): boolean {
+export function isSkipped(skipped: Map<string, [number, number][]>, e: ExpectedEvent): boolean {
   return (skipped.get(e.source) ?? []).some(([lo, hi]) => e.id > lo && e.id <= hi);
 }
 
-function faultsAround(h: History, from: number, to: number): string {
-  return h.faults
-    .filter((f) => f.start <= to && f.end >= from)
-    .map((f) => `${f.kind}(${f.target}) ${fmt(f.start, h)}..${fmt(f.end, h)}`)
-    .join(', ');
+function faultsAround(h: History, from: number, to: number, limit = 8): string {
+  const around = h.faults.filter((f) => f.start <= to && f.end >= from);
+  const shown = around
+    .slice(0, limit)
+    .map(
+      (f) =>
+        `${f.kind}(${f.target}${f.pids.length ? ` pid ${f.pids.join(',')}` : ''}) ${fmt(f.start, h)}..${fmt(f.end, h)}`,
+    );
+  return shown.join(', ') + (around.length > limit ? `, … ${around.length - limit} more` : '');
 }
 
 /** A time as seconds since the run started. */

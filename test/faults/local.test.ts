@@ -1,21 +1,21 @@
 // The short seeded fault run of the local driver (the soak, `npm run soak`, runs many more):
-// two `feedsync run` processes on one store (one holds it, one stands by), three sinks, a handful
+// two `feedsync run` processes on one store (one holds it, one stands by), four sinks, a handful
 // of seeded faults — kill -9, SIGSTOP, sinks failing/hanging/slow, the store full or locked,
 // `cursor set/reset` racing the pollers, the feed switching dialects or failing — then the checker
 // over the whole history (checker.ts lists the anomaly kinds). FAULT_SEED=n replays a run.
 import { afterAll, describe, expect, it } from 'vitest';
-import { faultSeed, runFaultScenario } from './runner.js';
+import { cleanupFaultRuns, faultSeed, runFaultScenario } from './runner.js';
 
 const seed = faultSeed();
 
 describe(`fault injection, local driver (FAULT_SEED=${seed})`, () => {
-  afterAll(() => undefined);
+  afterAll(cleanupFaultRuns);
   it('no anomaly in the whole history', { timeout: 120_000 }, async () => {
     const run = await runFaultScenario({
       seed,
       scenario: 'local',
       faults: Number(process.env.FAULT_COUNT ?? 7),
-      maxFaultMs: Number(process.env.FAULT_MAX_MS ?? 20_000),
+      maxFaultMs: Number(process.env.FAULT_MAX_MS ?? 10_000),
       backlog: Number(process.env.FAULT_BACKLOG ?? 2000),
       rate: Number(process.env.FAULT_RATE ?? 20),
       drainMs: 25_000,

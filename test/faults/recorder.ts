@@ -229,8 +229,8 @@ export function sampleRedis(redisUrl: string, prefix: string, sources: string[])
 }
 
 const LEASE_LOSS_METRIC = 'feedsync_deliveries_after_lease_loss_total';
-const LEASE_LOSS_LOG =
-  /after another process took the store over|after (this process|it) lost (its|the) lease/;
+/** The warning logged with each increment of that counter (local driver, bullmq workers). */
+const LEASE_LOSS_LOG = /finished after another (process took the store|worker took the shard) over/;
 
 /** Scrapes every live process's after-lease-loss counter; the highest value seen per pid and sink is kept. */
 export function scrapeLeaseLoss(sup: Supervisor): {

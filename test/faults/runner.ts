@@ -1,8 +1,10 @@
 // One fault run, end to end: a sandbox (seeded backlog, live events, seeded workflow disorder),
 // real feedsync processes — `run` ×2 on one store (holder + standby, local driver) or `poll` ×2 +
-// `work` ×2 over a real redis-server (bullmq, each process behind its own TCP proxy) — three sinks
-// (two recorder sinks, one of them batching, and a jsonl sink with a filter), the seeded fault
-// schedule, then healing, a drain, a graceful stop, and the checker over the whole history.
+// `work` ×2 over a real redis-server (bullmq, each process behind its own TCP proxy) — four sinks
+// (two recorder sinks, the second offering deliverBatch; a jsonl sink with a filter; the sqlite
+// mirror, whose end state is checked), the seeded fault schedule, then healing, a drain (every
+// change in every sink, the mirror at every subject's last event), a graceful stop, and the checker
+// over the whole history.
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -11,7 +13,15 @@ import Database from 'better-sqlite3';
 import { stringify } from 'yaml';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { deriveSeed, Rng } from '../../src/sandbox/prng.js';
-import { check, describeResult, passes, type CheckResult } from './checker.js';
+import {
+  check,
+  describeResult,
+  isSkipped,
+  mirrorStale,
+  passes,
+  skippedByResets,
+  type CheckResult,
+} from './checker.js';
 import { nemesisOf } from './nemesis/index.js';
 import { startFaultProxy, type FaultProxy } from './proxy.js';
 import { DeliveryLog, now, sampleRedis, sampleStore, scrapeLeaseLoss, type Sampler } from './recorder.js';
@@ -24,6 +34,7 @@ import type {
   FaultKind,
   FaultRecord,
   History,
+  MirrorRow,
   Scenario,
   SinkSpec,
 } from './types.js';
@@ -61,6 +72,8 @@ export interface RunResult {
   result: CheckResult;
   /** Faults actually injected, by kind (a cursor fault also counts its kills/freezes). */
   injected: Partial<Record<FaultKind, number>>;
+  /** Processes that exited by themselves, by reason (paths and numbers blanked). */
+  exits: Record<string, number>;
   durationMs: number;
   drained: boolean;
   notes: string[];
@@ -68,12 +81,14 @@ export interface RunResult {
   report(): string;
 }
 
+const LEASE_TTL_MS = 3_000;
 export const DEFAULT_TIMING: Timing = {
-  leaseTtlMs: 3_000,
-  // STORE_LEASE_TTL_MS (src/store/store-lease.ts) is not configurable yet.
-  localLeaseMs: Number(process.env.FAULT_LOCAL_LEASE_MS ?? 15_000),
-  // BullMQ lockDuration 10 s + stalledInterval 5 s (src/queue/bullmq/delivery.ts).
-  workerLockMs: Number(process.env.FAULT_WORKER_LOCK_MS ?? 15_000),
+  leaseTtlMs: LEASE_TTL_MS,
+  // The store lease follows queue.lease_ttl_ms (src/queue/local/index.ts).
+  localLeaseMs: Number(process.env.FAULT_LOCAL_LEASE_MS ?? LEASE_TTL_MS),
+  // A worker's job lock lasts queue.lease_ttl_ms and stalled jobs are looked for every half of it
+  // (src/queue/bullmq/delivery.ts).
+  workerLockMs: Number(process.env.FAULT_WORKER_LOCK_MS ?? LEASE_TTL_MS * 1.5),
 };
 
 /** `FAULT_SEED=n` replays a run; otherwise a fresh random seed. */
@@ -94,6 +109,14 @@ export function canMountTmpfs(): boolean {
 }
 
 let mountCheck: boolean | undefined;
+
+/** What a run still holds (processes, Redis, mounts), for afterAll when a test timed out mid-run. */
+const pending = new Set<() => Promise<void>>();
+
+export async function cleanupFaultRuns(): Promise<void> {
+  for (const fn of [...pending]) await fn().catch(() => undefined);
+  pending.clear();
+}
 
 export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
   const started = Date.now();
@@ -128,14 +151,15 @@ export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
   const control: { sinks: Record<string, SinkBehaviour> } = { sinks: {} };
   writeJsonFile(controlPath, control);
   const jsonlPath = join(dir, 'changes.jsonl');
+  const mirrorPath = join(dir, 'mirror.db');
   let mountDir: string | undefined;
   let storePath = join(dir, 'feedsync.db');
   if (canMount) {
     mountDir = join(dir, 'store');
     mkdirSync(mountDir);
     if (
-      spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=256m', 'tmpfs', mountDir], { stdio: 'ignore' }).status ===
-      0
+      spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=256m', 'tmpfs', mountDir], { stdio: 'ignore' })
+        .status === 0
     )
       storePath = join(mountDir, 'feedsync.db');
     else mountDir = undefined;
@@ -157,6 +181,21 @@ export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
   let scraper: ReturnType<typeof scrapeLeaseLoss> | undefined;
   const deliveries = new DeliveryLog(histDir);
   let keep = false;
+  let cleaned = false;
+  const cleanup = async () => {
+    if (cleaned) return;
+    cleaned = true;
+    pending.delete(cleanup);
+    scraper?.stop();
+    await sampler?.stop().catch(() => undefined);
+    await sup?.killEverything().catch(() => undefined);
+    await sandbox?.close().catch(() => undefined);
+    for (const p of proxies.values()) await p.close().catch(() => undefined);
+    await redis?.stop().catch(() => undefined);
+    if (mountDir) spawnSync('umount', ['-l', mountDir], { stdio: 'ignore' });
+    if (!keep) rmSync(dir, { recursive: true, force: true });
+  };
+  pending.add(cleanup);
 
   try {
     sandbox = await startSandbox({ seed, backlog: opts.backlog, workflowDisorder: disorder });
@@ -199,6 +238,8 @@ export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
           options: { dir: histDir, control: controlPath, latency_ms: 3, batch: true },
         },
         { name: 'file', type: 'jsonl', path: jsonlPath, filter: { sources: ['scheduling'] } },
+        // The product's own fenced sink: its end state is checked (mirror-stale).
+        { name: 'mirror', type: 'sqlite', path: mirrorPath },
       ],
       http: { host: '127.0.0.1', port: 0 },
       log: { level: 'info' },
@@ -299,8 +340,9 @@ export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
     };
 
     // Start: every process up before the first fault.
-    for (const slot of sup.names()) sup.start(slot);
-    await sup.waitStarted(30_000);
+    // One after the other: processes opening the same sqlite mirror at once can refuse to start
+    // ("database is locked"); the supervisor restarts one that exits anyway.
+    for (const slot of sup.names()) await sup.startAndWait(slot, 30_000);
     scraper = scrapeLeaseLoss(sup);
     sandbox.setRate(opts.rate);
     log(`started ${sup.lives.map((l) => `${l.name}=${l.pid}`).join(' ')}; dir ${dir}`);
@@ -350,14 +392,16 @@ export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
     let missing = 0;
     while (Date.now() < drainDeadline) {
       deliveries.poll();
-      missing = missingCount(events, sinks, deliveries, jsonlPath, cursorCommands);
+      missing =
+        missingCount(events, sinks, deliveries, jsonlPath, cursorCommands) +
+        mirrorBehind(events, readMirror(mirrorPath), cursorCommands);
       if (missing === 0) {
         drained = true;
         break;
       }
       await world.sleep(500);
     }
-    log(drained ? 'drained' : `drain timed out with ${missing} (sink, change) pairs missing`);
+    log(drained ? 'drained' : `drain timed out with ${missing} (sink, change) pairs or mirror rows missing`);
     await scraper.scrape();
     scraper.stop();
     await sup.stopAll(8_000);
@@ -379,14 +423,24 @@ export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
       leaseSamples: sampler.leases,
       cursorCommands,
       afterLeaseLoss: scraper.counts(),
+      mirror: readMirror(mirrorPath),
     };
     const result = check(history);
     const injected: Partial<Record<FaultKind, number>> = {};
     for (const f of faults) injected[f.kind] = (injected[f.kind] ?? 0) + 1;
     keep = (result.anomalies.length > 0 && process.env.FAULT_KEEP !== '0') || process.env.FAULT_KEEP === '1';
-    if (keep)
+    if (keep) {
       for (const { slot, proc } of sup.procs)
         writeFileSync(join(dir, `${slot}-${proc.pid}.log`), proc.text());
+      const all = SOURCES.flatMap((service) => sandbox!.events(service));
+      writeFileSync(join(dir, 'sandbox-events.jsonl'), all.map((e) => JSON.stringify(e)).join('\n') + '\n');
+      writeFileSync(join(dir, 'history.json'), JSON.stringify({ ...history, events: [], deliveries: [] }));
+    }
+    const exits: Record<string, number> = {};
+    for (const x of sup.exits) {
+      const reason = `exit ${x.code}: ${x.reason.replace(/\/tmp\/\S+/g, '<path>').replace(/\d+/g, 'N')}`;
+      exits[reason] = (exits[reason] ?? 0) + 1;
+    }
     const durationMs = Date.now() - started;
     const run: RunResult = {
       seed,
@@ -395,6 +449,7 @@ export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
       history,
       result,
       injected,
+      exits,
       durationMs,
       drained,
       notes,
@@ -409,6 +464,11 @@ export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
               .join(', ') || 'none'
           }`,
           `processes: ${history.processes.map((l) => `${l.name}=${l.pid}${l.how ? `(${l.how}${l.code ? ` ${l.code}` : ''})` : ''}`).join(' ')}`,
+          `processes that exited by themselves: ${
+            Object.entries(exits)
+              .map(([k, n]) => `${n}× ${k}`)
+              .join('; ') || 'none'
+          }`,
           `after-lease-loss counted: ${history.afterLeaseLoss.map((c) => `${c.pid}/${c.sink}=${c.count}`).join(' ') || 'none'}`,
           describeResult(result),
           `log:\n${notes.slice(-60).join('\n')}`,
@@ -416,14 +476,7 @@ export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
     };
     return run;
   } finally {
-    scraper?.stop();
-    await sampler?.stop().catch(() => undefined);
-    await sup?.killEverything().catch(() => undefined);
-    await sandbox?.close().catch(() => undefined);
-    for (const p of proxies.values()) await p.close().catch(() => undefined);
-    await redis?.stop().catch(() => undefined);
-    if (mountDir) spawnSync('umount', ['-l', mountDir], { stdio: 'ignore' });
-    if (!keep) rmSync(dir, { recursive: true, force: true });
+    await cleanup();
   }
 }
 
@@ -504,15 +557,43 @@ function missingCount(
   commands: CursorCommand[],
 ): number {
   const jsonl = readJsonlKeys(jsonlPath);
-  const skipped = commands.filter((c) => c.ok && c.after !== undefined && c.after > (c.before ?? 0));
+  const skipped = skippedByResets(commands);
   let missing = 0;
   for (const sink of sinks) {
     const got = sink.recorded ? (log.delivered.get(sink.name) ?? new Set<string>()) : jsonl;
-    for (const e of events) {
-      if (!passes(sink.filter, e)) continue;
-      if (skipped.some((c) => c.source === e.source && e.id > (c.before ?? 0) && e.id <= c.after!)) continue;
-      if (!got.has(e.key)) missing++;
-    }
+    for (const e of events)
+      if (passes(sink.filter, e) && !isSkipped(skipped, e) && !got.has(e.key)) missing++;
   }
   return missing;
+}
+
+/** The sqlite mirror's rows ({} before it exists). */
+function readMirror(path: string): Record<string, MirrorRow> {
+  if (!existsSync(path)) return {};
+  try {
+    const db = new Database(path, { readonly: true, fileMustExist: true, timeout: 200 });
+    try {
+      const rows = db.prepare('SELECT subject_url, last_event_id, deleted FROM subjects').all() as {
+        subject_url: string;
+        last_event_id: number;
+        deleted: number;
+      }[];
+      return Object.fromEntries(
+        rows.map((r) => [r.subject_url, { last: r.last_event_id, deleted: r.deleted === 1 }]),
+      );
+    } finally {
+      db.close();
+    }
+  } catch {
+    return {}; // not migrated yet, or busy
+  }
+}
+
+/** Subjects whose mirror row is not yet what the feed says (skipped ranges aside). */
+function mirrorBehind(
+  events: ExpectedEvent[],
+  mirror: Record<string, MirrorRow>,
+  commands: CursorCommand[],
+): number {
+  return mirrorStale(events, mirror, skippedByResets(commands)).length;
 }

@@ -4,9 +4,9 @@
 // failed (replay one with FAULT_SEED=<seed> FAULT_SCENARIO=<scenario> npm run soak, or with
 // FAULT_SEED=<seed> npx vitest run test/faults/<scenario>.test.ts for the short variant).
 // Run it with `npm run soak` (scripts/soak.mjs); this file is not part of `npm test`.
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { ANOMALY_KINDS } from './checker.js';
-import { runFaultScenario, type RunResult } from './runner.js';
+import { cleanupFaultRuns, runFaultScenario, type RunResult } from './runner.js';
 import { FAULT_KINDS, type Scenario } from './types.js';
 
 const minutes = Number(process.env.SOAK_MINUTES ?? 5);
@@ -22,6 +22,7 @@ function table(rows: [string, string | number][], head: [string, string]): strin
 }
 
 describe(`fault soak: ${minutes} min, ${scenarios.join(' + ')}, seeds from ${baseSeed}`, () => {
+  afterAll(cleanupFaultRuns);
   it('no anomaly in any run', { timeout: (minutes + 6) * 60_000 }, async () => {
     const deadline = Date.now() + minutes * 60_000;
     const runs: RunResult[] = [];
@@ -62,10 +63,13 @@ describe(`fault soak: ${minutes} min, ${scenarios.join(' + ')}, seeds from ${bas
     const injected = new Map<string, number>();
     const anomalies = new Map<string, number>();
     const copies = new Map<string, number>();
+    const exits = new Map<string, number>();
     for (const r of runs) {
       for (const [k, n] of Object.entries(r.injected)) injected.set(k, (injected.get(k) ?? 0) + n!);
       for (const [k, n] of Object.entries(r.result.counts)) anomalies.set(k, (anomalies.get(k) ?? 0) + n);
       for (const [k, n] of Object.entries(r.result.copies)) copies.set(k, (copies.get(k) ?? 0) + n!);
+      for (const [k, n] of Object.entries(r.exits))
+        exits.set(`${r.scenario} ${k}`, (exits.get(`${r.scenario} ${k}`) ?? 0) + n);
     }
     const failed = runs.filter((r) => r.result.anomalies.length > 0);
     const perScenario = scenarios
@@ -86,6 +90,10 @@ describe(`fault soak: ${minutes} min, ${scenarios.join(' + ')}, seeds from ${bas
           `${anomalies.get(k) ?? 0} (in ${runs.filter((r) => r.result.counts[k] > 0).length} runs)`,
         ]),
         ['anomaly kind', 'count'],
+      ),
+      table(
+        [...exits].sort((a, b) => b[1] - a[1]).map(([k, n]) => [k.slice(0, 160), n]),
+        ['processes exiting by themselves', 'count'],
       ),
       table(
         [...copies].map(([k, n]) => [k, n]),

@@ -58,6 +58,8 @@ export class Supervisor {
   readonly lives: ProcessLife[] = [];
   /** Every process ever started, for log lines after they exited. */
   readonly procs: { slot: string; proc: CliProcess }[] = [];
+  /** Processes that exited by themselves (not killed, not stopped), with their last error. */
+  readonly exits: { slot: string; pid: number; code: number | null; reason: string }[] = [];
   private readonly slots = new Map<string, Slot>();
   private stopping = false;
 
@@ -125,6 +127,7 @@ export class Supervisor {
       if (!life.how) {
         life.how = 'exited';
         life.code = code;
+        this.exits.push({ slot: slot.name, pid: proc.pid, code, reason: lastError(proc) });
         this.log(`${slot.name} (pid ${proc.pid}) exited by itself with code ${code}: ${lastError(proc)}`);
         if (!this.stopping && slot.proc === proc) {
           slot.crashes++;
@@ -177,19 +180,23 @@ export class Supervisor {
     }
   }
 
-  /** Waits for the "feedsync started" line of every running slot. */
-  async waitStarted(timeoutMs: number): Promise<void> {
-    await Promise.all(
-      [...this.slots.values()]
-        .filter((s) => s.proc && !s.proc.exit)
-        .map((s) =>
-          s.proc!.waitForLog(
-            (e) => e.msg === 'feedsync started',
-            timeoutMs,
-            `"feedsync started" of ${s.name}`,
-          ),
-        ),
-    );
+  /**
+   * Starts the slot and waits for its "feedsync started" line. A process that exits first is
+   * restarted (as after any exit) and waited for again, up to timeoutMs in all.
+   */
+  async startAndWait(name: string, timeoutMs: number): Promise<void> {
+    const slot = this.slot(name);
+    if (!slot.proc || slot.proc.exit) this.start(name);
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const p = slot.proc;
+      if (p && !p.exit && p.logs().some((e) => e.msg === 'feedsync started')) return;
+      if (Date.now() > deadline)
+        throw new Error(
+          `${name} did not start within ${timeoutMs} ms; last output:\n${p?.text().slice(-2000) ?? ''}`,
+        );
+      await new Promise((r) => setTimeout(r, 100));
+    }
   }
 
   /** Metrics port of each live process (from its "feedsync started" line). */

@@ -129,6 +129,11 @@ export interface LeaseLossCount {
   count: number;
 }
 
+export interface MirrorRow {
+  last: number;
+  deleted: boolean;
+}
+
 export interface History {
   seed: number;
   scenario: Scenario;
@@ -145,4 +150,6 @@ export interface History {
   leaseSamples: LeaseSample[];
   cursorCommands: CursorCommand[];
   afterLeaseLoss: LeaseLossCount[];
+  /** The sqlite mirror sink's rows at the end, by subject_url (null: no mirror sink). */
+  mirror: Record<string, MirrorRow> | null;
 }

@@ -2,8 +2,9 @@
 // - a second `run` on the same store waits as a standby: it moves no row of the live process and
 //   delivers nothing twice (before the store lease, ~1,369 of ~1,600 changes were delivered twice);
 // - a `run` frozen (SIGSTOP) past the lease while a standby waits: the standby takes over, the
-//   frozen one writes nothing when resumed and exits 1; the only copies are deliveries that were
-//   in flight at the freeze, and the frozen process reports each of them.
+//   frozen one writes nothing when resumed and exits 1. For the local queue that is a crash: the
+//   copies are what the frozen process held in memory (its logged pages, at most its memory
+//   window per sink, docs/local-queue.md), as after kill -9.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { readJsonl, tempDir } from '../support/harness.js';
@@ -61,7 +62,7 @@ describe(`one owner per store (RELIABILITY_SEED=${SEED})`, () => {
   );
 
   it(
-    'a run frozen past its lease writes nothing once resumed and exits 1; only its in-flight deliveries are copies, and it counts them',
+    'a run frozen past its lease writes nothing once resumed and exits 1; copies are bounded as after a crash',
     { timeout: 150_000 },
     async () => {
       const files = writeRunConfig(sandbox, tempDir('feedsync-freeze-'), {
@@ -81,13 +82,9 @@ describe(`one owner per store (RELIABILITY_SEED=${SEED})`, () => {
 
       await sleep(500);
       const copies = [...countKeys(readJsonl(files.jsonlPath))].filter(([, n]) => n > 1);
-      // Deliveries the frozen process finished after losing the store: it logs each such call.
-      const reported = frozen
-        .logs()
-        .filter((l) => l.msg === 'a delivery finished after another process took the store over')
-        .reduce((n, l) => n + Number(l.keys), 0);
+      // As after a crash: at most the memory window (1,000 changes per sink) is delivered again.
       expect(copies.length, `seed ${SEED}: copies ${JSON.stringify(copies.slice(0, 5))}`).toBeLessThanOrEqual(
-        reported,
+        1000,
       );
       expect(standby.exit).toBeUndefined();
       expect(await standby.stop(8000)).toEqual({ code: 0, signal: null });

@@ -427,6 +427,12 @@ export class LocalDelivery implements DeliveryRunner {
       );
       return true;
     }
+    // Ended while this process may no longer own the store (frozen past its lease): the rows of a
+    // logged page are acknowledged in memory only, so no fenced write would tell. Ask first.
+    if (!this.ownership.valid() && !(await this.ownership.confirm())) {
+      this.unrecorded(runtime, rows, new Error(LEASE_LOST_MESSAGE));
+      return true;
+    }
     // If the store cannot take the acknowledgement (disk full), the rows stay queued and are
     // delivered again later: the sinks drop the duplicate by key.
     if (!(await this.record(runtime, rows, () => this.acknowledge(lane, rows)))) return true;

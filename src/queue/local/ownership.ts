@@ -61,6 +61,18 @@ export class StoreOwnership {
     return this.lease?.valid() ?? false;
   }
 
+  /**
+   * After a sink call that ended while `valid()` was false (the process was frozen, or the store
+   * too busy to renew): true once a renewal succeeds, false once the lease is found lost.
+   */
+  async confirm(): Promise<boolean> {
+    while (!this.lost.aborted) {
+      if (this.valid()) return true;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    return false;
+  }
+
   /** What a sink that can fence is handed with each delivery. */
   fence(): DeliveryFence | undefined {
     const lease = this.lease;
