@@ -7,6 +7,7 @@ import { createBullmqAdmin, type BullmqAdmin } from '../../src/queue/bullmq/admi
 import { createBullmqDelivery } from '../../src/queue/bullmq/delivery.js';
 import { bullPrefix, shardQueueName } from '../../src/queue/bullmq/names.js';
 import { createBullmqProducer, type BullmqProducer } from '../../src/queue/bullmq/producer.js';
+import { holdSource } from '../../src/queue/bullmq/source-hold.js';
 import type { DeliveryRunner } from '../../src/queue/queue.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
 import {
@@ -173,6 +174,29 @@ describe('bullmq slices', () => {
     expect(await h.admin.listDead({})).toEqual([]);
     // A second retry of a delivered change finds nothing (the retried slice got a fresh id).
     expect(await h.admin.retryDead({ key: 'scheduling:3' })).toBe(0);
+  });
+
+  it('after cursor set back, the same pages are queued and delivered again (completed jobs are retained)', async () => {
+    const config = queueConfig(redis.url, { shards: 2 });
+    const hook = new RecordingSink();
+    const h = harness(config, { hook });
+    const changes = range(1, 6).map((id) => makeChange(id));
+    await h.producer.commitPage({ source: 'scheduling', changes, cursor: 6, seenAbove: [] });
+    await h.runner.start();
+    await waitFor('first delivery', () => hook.delivered.length === 6);
+    // `cursor set scheduling 0`, as the command does it (held, fenced, counted as a rewind).
+    const client = new Redis(redis.url);
+    try {
+      const held = await holdSource(client, config.prefix, 'scheduling', 3000, 'test');
+      if ('holder' in held) throw new Error(`held by ${held.holder}`);
+      await held.save(0, []);
+      await held.release();
+    } finally {
+      client.disconnect();
+    }
+    await h.producer.commitPage({ source: 'scheduling', changes, cursor: 6, seenAbove: [] });
+    await waitFor('delivered again', () => hook.delivered.length === 12);
+    for (const c of changes) expect(hook.delivered.filter((d) => d.key === c.key)).toHaveLength(2);
   });
 
   it('turns the undelivered changes of a slice BullMQ failed itself into dead letters', async () => {

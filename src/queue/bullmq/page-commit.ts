@@ -67,6 +67,12 @@ export class LeaseFencedError extends FeedsyncError {
   }
 }
 
+/** A slice id without the rewind generation a previous try may have added. */
+function baseJobId(jobId: string): string {
+  const at = jobId.indexOf('@');
+  return at < 0 ? jobId : jobId.slice(0, at);
+}
+
 export interface PageCommitter {
   /** 'committed', or 'already' when Redis holds this very cursor already (a late earlier try). */
   commit(plan: PagePlan, fence: LeaseFence | undefined): Promise<'committed' | 'already'>;
@@ -94,10 +100,10 @@ export function createPageCommitter(opts: {
     const epoch = connections;
     // WATCH, the fence check and the "already committed" check go out together: one round trip.
     // ioredis sends them in this order on the one connection, so the reads happen under the WATCH.
-    const [, fenceValues, [cursor, seen]] = await Promise.all([
+    const [, fenceValues, [cursor, seen, rewinds]] = await Promise.all([
       fence ? connection.watch(fence.tokenKey) : undefined,
       fence ? connection.mget(fence.tokenKey, fence.leaseKey) : undefined,
-      connection.hmget(stateKey, 'cursor', 'seen_above'),
+      connection.hmget(stateKey, 'cursor', 'seen_above', 'rewinds'),
     ]).catch(async (err: unknown) => {
       if (fence) await connection.unwatch().catch(() => undefined);
       throw err;
@@ -121,6 +127,9 @@ export function createPageCommitter(opts: {
         if (fence) await connection.unwatch();
         return 'already';
       }
+      // After `cursor set/reset` the same pages are read again: their slices get new ids, or BullMQ
+      // would take them for the retained completed jobs of the first pass and add nothing.
+      if (rewinds) for (const slice of plan.slices) slice.jobId = `${baseJobId(slice.jobId)}@${rewinds}`;
       // BullMQ's transaction is an ioredis MULTI with its scripts added; typed as the latter here.
       const tx = client.multi() as unknown as ChainableCommander;
       const adds: Promise<unknown>[] = [];

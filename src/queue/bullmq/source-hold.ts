@@ -15,6 +15,8 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return redis.error_reply('FENCED the source lease was taken over')
 end
 redis.call('HSET', KEYS[2], 'cursor', ARGV[2], 'seen_above', ARGV[3], 'updated_at', ARGV[4])
+-- The pages after the new cursor are read again: new slice ids (page-commit.ts).
+redis.call('HINCRBY', KEYS[2], 'rewinds', 1)
 return 1`;
 
 export async function holdSource(
