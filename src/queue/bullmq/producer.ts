@@ -130,6 +130,10 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
         opts.leases?.markLost(commit.source, reason.message);
         throw reason;
       }
+      // A connection that answers nothing (a socket dead without a reset, a Redis that froze and
+      // restarted behind it) is never dropped by ioredis on its own: every later commit would time
+      // out on it too. Drop it; ioredis reconnects, and the page is retried on a fresh socket.
+      if (!result || /timed out/i.test(errorMessage(reason))) commitConnection.disconnect(true);
       // Nothing was written (or a late write lands whole; the retry then finds the cursor there).
       throw new FeedsyncError(
         `cannot queue page of source ${commit.source} (cursor ${commit.cursor}) in Redis: ${errorMessage(reason)}`,
