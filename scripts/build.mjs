@@ -77,7 +77,9 @@ async function bundleCli() {
       input: join(out, 'cli.js'),
       platform: 'node',
       cwd: out,
-      external: [/^node:/, 'better-sqlite3', 'msgpackr-extract', 'pino-pretty', /^@opentelemetry\//],
+      // pg stays in node_modules: bundled, BullMQ's optional Postgres backend would pull it into
+      // the bullmq chunk that every `poll`/`work` start parses.
+      external: [/^node:/, 'better-sqlite3', 'msgpackr-extract', 'pino-pretty', 'pg', /^@opentelemetry\//],
       plugins: [{ name: 'feedsync-version', load: (id) => versionModules[id] }],
       output: { dir: bundled, format: 'esm', chunkFileNames: 'cli-chunks/[name]-[hash].js' },
       logLevel: 'warn',

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The suite talks to a real redis-server, checks metrics with promtool (Debian's prometheus
 # package), reads the sandbox with clients other people wrote: curl (--digest) and Python's
-# requests (Debian's python3-requests), goes through a real forward proxy (tinyproxy) and makes a
-# private PKI with the openssl CLI. Install whichever is missing when we may (root, apt
-# available); otherwise say what to do.
+# requests (Debian's python3-requests), goes through a real forward proxy (tinyproxy), makes a
+# private PKI with the openssl CLI and runs a private PostgreSQL cluster for the postgres sink
+# (Debian's postgresql: initdb and pg_ctl live in /usr/lib/postgresql/<version>/bin). Install
+# whichever is missing when we may (root, apt available); otherwise say what to do.
 set -euo pipefail
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
@@ -12,6 +13,9 @@ command -v curl >/dev/null 2>&1 || missing+=(curl)
 python3 -c 'import requests' >/dev/null 2>&1 || missing+=(python3-requests)
 command -v tinyproxy >/dev/null 2>&1 || missing+=(tinyproxy)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+{ compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null 2>&1; } &&
+  { compgen -G '/usr/lib/postgresql/*/bin/pg_ctl' >/dev/null || command -v pg_ctl >/dev/null 2>&1; } &&
+  command -v psql >/dev/null 2>&1 || missing+=(postgresql)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing test dependencies: ${missing[*]}" >&2

@@ -1,15 +1,18 @@
 // One drain run: feedsync (`run`, or `poll` + 2× `work` on BullMQ) as child processes against a
-// sandbox holding a backlog, timed from spawn until the jsonl sink holds a line for every key.
+// sandbox holding a backlog, timed from spawn until the jsonl sink holds a line for every key (mode
+// `postgres`: `run` with a postgres sink instead of the jsonl one, until the mirror holds the newest
+// change of every subject).
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import type { SandboxEvent, ServiceName } from '../../dist/sandbox/types.js';
 import { serviceCounts, type SandboxControl, type ServiceCounts } from './control.js';
 import { JsonlTail } from './jsonl-tail.js';
+import { PgMirrorProgress } from './postgres.js';
 import { cpuUs } from './proc-stats.js';
 import { spawnChild, type Child, type SandboxInfo } from './procs.js';
 
-export type DrainMode = 'local' | 'bullmq';
+export type DrainMode = 'local' | 'bullmq' | 'postgres';
 
 export interface DrainOptions {
   mode: DrainMode;
@@ -20,6 +23,9 @@ export interface DrainOptions {
   events: Record<string, SandboxEvent[]>;
   dir: string;
   redisUrl?: string;
+  /** Mode postgres: the server, and the sink's schema (a new one per run). */
+  postgresUrl?: string;
+  postgresSchema?: string;
   timeoutMs: number;
   pollIntervalMs?: number;
   /** Extra node flags for the feedsync processes (e.g. --cpu-prof). */
@@ -86,7 +92,12 @@ export function writeConfig(opts: DrainOptions, jsonlPath: string): string {
       // Loopback, like the raw limit: the figures measure the pipeline, not zlib.
       compression: false,
     })),
-    sinks: [{ name: 'file', type: 'jsonl', path: jsonlPath }, ...(opts.extraSinks ?? [])],
+    sinks: [
+      opts.mode === 'postgres'
+        ? { name: 'pg', type: 'postgres', url: opts.postgresUrl, schema: opts.postgresSchema }
+        : { name: 'file', type: 'jsonl', path: jsonlPath },
+      ...(opts.extraSinks ?? []),
+    ],
     http: { host: '127.0.0.1', port: 0 },
     log: { level: 'warn' },
   };
@@ -98,13 +109,33 @@ export function writeConfig(opts: DrainOptions, jsonlPath: string): string {
 export function startFeedsync(opts: DrainOptions, configPath: string): { role: string; child: Child }[] {
   const spawnRole = (cmd: string) =>
     spawnChild([cmd, '--config', configPath], { nodeArgs: opts.nodeArgs ?? [], cwd: opts.dir });
-  return opts.mode === 'local'
+  return opts.mode !== 'bullmq'
     ? [{ role: 'run', child: spawnRole('run') }]
     : [
         { role: 'poll', child: spawnRole('poll') },
         { role: 'work-1', child: spawnRole('work') },
         { role: 'work-2', child: spawnRole('work') },
       ];
+}
+
+interface Progress {
+  poll(): Promise<number>;
+  lines: number;
+  missingCount: number;
+  close(): Promise<void>;
+}
+
+function syncProgress(tail: JsonlTail): Progress {
+  return {
+    poll: async () => tail.poll(),
+    get lines() {
+      return tail.lines;
+    },
+    get missingCount() {
+      return tail.missingCount;
+    },
+    close: async () => tail.close(),
+  };
 }
 
 /** A sum that is unknown when any part is. */
@@ -117,7 +148,14 @@ export async function runDrain(opts: DrainOptions): Promise<DrainResult> {
   const jsonlPath = join(opts.dir, 'changes.jsonl');
   const configPath = writeConfig(opts, jsonlPath);
   const keys = opts.services.flatMap((s) => (opts.events[s] ?? []).map((e) => `${s}:${e.id}`));
-  const tail = new JsonlTail(jsonlPath, keys);
+  const tail =
+    opts.mode === 'postgres'
+      ? new PgMirrorProgress(
+          opts.postgresUrl!,
+          opts.postgresSchema!,
+          opts.services.flatMap((s) => opts.events[s] ?? []),
+        )
+      : syncProgress(new JsonlTail(jsonlPath, keys));
   await opts.control.resetStats();
   const started = performance.now();
   const procs = startFeedsync(opts, configPath);
@@ -126,14 +164,16 @@ export async function runDrain(opts: DrainOptions): Promise<DrainResult> {
   let atEnd: (number | null)[] = [];
   try {
     const deadline = Date.now() + opts.timeoutMs;
-    while (tail.poll() > 0 && Date.now() < deadline) {
+    // The mirror is polled with a query (it competes for the CPU): less often than the file.
+    const interval = opts.mode === 'postgres' ? 100 : 50;
+    while ((await tail.poll()) > 0 && Date.now() < deadline) {
       // CPU after the first line leaves start-up out, as bench/cpu.ts does.
       if (atFirstLine === undefined && tail.lines > 0) atFirstLine = procs.map((p) => cpuUs(p.child.pid));
       for (const p of procs) {
         if (p.child.proc.exitCode !== null)
           throw new Error(`feedsync ${p.role} exited with ${p.child.proc.exitCode}: ${p.child.output()}`);
       }
-      await new Promise((r) => setTimeout(r, 50));
+      await new Promise((r) => setTimeout(r, interval));
     }
     seconds = (performance.now() - started) / 1000;
   } finally {
@@ -141,7 +181,8 @@ export async function runDrain(opts: DrainOptions): Promise<DrainResult> {
     atEnd = procs.map((p) => cpuUs(p.child.pid));
     // RSS is sampled before SIGTERM inside stop(); the processes stop together.
     await Promise.all(procs.map((p) => p.child.stop()));
-    tail.close();
+    if (tail instanceof PgMirrorProgress) await tail.verify().catch(() => undefined);
+    await tail.close();
   }
   const stats = await opts.control.stats();
   const cpu = procs.map((p, i) => ({

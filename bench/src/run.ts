@@ -16,6 +16,7 @@ import { SandboxControl } from './control.js';
 import { runDrain, type DrainMode, type DrainResult } from './drain.js';
 import { measureLatency, type LatencyResult } from './latency.js';
 import { benchSource, measureRaw, planRequests, type RawResult, type RequestPlan } from './raw-limit.js';
+import { startBenchPostgres, type BenchPostgres } from './postgres.js';
 import { startBenchRedis } from './redis.js';
 import { CLI_PATH, startSandboxProcess } from './procs.js';
 import { topSelfTime } from './profile.js';
@@ -64,8 +65,12 @@ function machine(): Record<string, string> {
     cpu_model: cpuModel ?? 'unknown',
     total_mem_bytes: String(totalmem()),
     free_mem_bytes_at_start: String(freemem()),
+    postgres: postgresVersion,
   };
 }
+
+/** The server the postgres drains ran against, for the report's machine section. */
+let postgresVersion = 'not started';
 
 const RESULTS_DIR = fileURLToPath(new URL('../../test/bench/results/', import.meta.url));
 const REPO_DIR = fileURLToPath(new URL('../../', import.meta.url));
@@ -113,7 +118,7 @@ async function drainPhase(work: string): Promise<{
       mode: DrainMode,
       service: ServiceName,
       dir: string,
-      extra: { redisUrl?: string; nodeArgs?: string[] } = {},
+      extra: { redisUrl?: string; postgresUrl?: string; postgresSchema?: string; nodeArgs?: string[] } = {},
     ): Promise<DrainResult> => {
       log(`drain ${mode} ${service}${extra.nodeArgs ? ` ${extra.nodeArgs.join(' ')}` : ''}`);
       const r = await runDrain({
@@ -132,16 +137,19 @@ async function drainPhase(work: string): Promise<{
     };
     // The median of `repeats` runs by CPU per event: on a shared 2-core machine one run can be
     // 15 % off either way. Every run's figures are kept in latest.json.
-    const drain = async (mode: DrainMode, service: ServiceName, redisUrl?: string): Promise<void> => {
+    const drain = async (
+      mode: DrainMode,
+      service: ServiceName,
+      extra: { redisUrl?: string; postgresUrl?: string } = {},
+    ): Promise<void> => {
       const runs: DrainResult[] = [];
       for (let i = 0; i < cfg.repeats; i++)
         runs.push(
-          await drainOnce(
-            mode,
-            service,
-            join(work, `drain-${mode}-${service}-${i}`),
-            redisUrl ? { redisUrl } : {},
-          ),
+          await drainOnce(mode, service, join(work, `drain-${mode}-${service}-${i}`), {
+            ...extra,
+            // Each postgres run starts from an empty mirror of its own.
+            ...(extra.postgresUrl ? { postgresSchema: `drain_${service}_${i}` } : {}),
+          }),
         );
       const byCpu = [...runs].sort((a, b) => (a.cpuUsPerEvent ?? Infinity) - (b.cpuUsPerEvent ?? Infinity));
       const median = byCpu[Math.floor((byCpu.length - 1) / 2)]!;
@@ -163,9 +171,21 @@ async function drainPhase(work: string): Promise<{
         errors.push(`cpu profile ${service}: ${String(err)}`);
       }
     }
+    // The same local drain with a postgres sink instead of the jsonl one (issue 23: >= 0.8x).
+    let postgres: BenchPostgres | undefined;
+    try {
+      postgres = await startBenchPostgres();
+      postgresVersion = postgres.version;
+      log(`postgres sink drains (${postgres.version.split(' on ')[0]}, durable defaults)`);
+      for (const service of SERVICES) await drain('postgres', service, { postgresUrl: postgres.url });
+    } catch (err) {
+      errors.push(`postgres: ${String(err)}`);
+    } finally {
+      await postgres?.stop();
+    }
     const redis = await startBenchRedis();
     try {
-      for (const service of SERVICES) await drain('bullmq', service, redis.url);
+      for (const service of SERVICES) await drain('bullmq', service, { redisUrl: redis.url });
       log(`bare BullMQ: ${cfg.bareJobs} no-op jobs`);
       bare = await measureBareBullmq(redis.url, {
         jobs: cfg.bareJobs,

@@ -21,7 +21,7 @@ export class StaleWriterError extends RetryLaterError {
   override name = 'StaleWriterError';
 }
 
-/** URL parameters that configure TLS; the sink's own keys do it instead (see tlsOptions). */
+/** URL parameters that configure TLS; the sink's own keys do it instead (see connectionSettings). */
 const URL_TLS_FILES = ['sslcert', 'sslkey', 'sslrootcert'] as const;
 const URL_TLS_MODES = new Set(['disable', 'require', 'verify-ca', 'verify-full']);
 
@@ -92,11 +92,6 @@ export const postgresSinkSchema = z
       });
   });
 export type PostgresSinkConfig = z.output<typeof postgresSinkSchema>;
-
-/** Tuning for tests: the pool's connect timeout. */
-export interface PostgresSinkOptions {
-  connectTimeoutMs?: number;
-}
 
 /**
  * The pool's connection settings from the sink's config: the URL without its TLS parameters (pg
@@ -195,11 +190,10 @@ function upsertFields(c: Change): Partial<Change> {
   };
 }
 
-export async function openPostgresSink(
-  config: PostgresSinkConfig,
-  ctx: SinkContext,
-  options: PostgresSinkOptions = {},
-): Promise<Sink> {
+/** How long a connection (TCP, TLS, authentication) may take, and a checkout may wait for one. */
+const CONNECT_TIMEOUT_MS = 10_000;
+
+export async function openPostgresSink(config: PostgresSinkConfig, ctx: SinkContext): Promise<Sink> {
   const settings = connectionSettings(config, ctx.configDir);
   // Loaded only when a postgres sink is configured.
   const { default: pg } = await import('pg');
@@ -208,7 +202,7 @@ export async function openPostgresSink(
     ssl: settings.ssl,
     max: config.pool_size,
     idleTimeoutMillis: 30_000,
-    connectionTimeoutMillis: options.connectTimeoutMs ?? 10_000,
+    connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
     keepAlive: true,
     application_name: `feedsync ${config.name}`,
     statement_timeout: config.statement_timeout_ms,
@@ -241,22 +235,27 @@ function serverError(err: unknown): boolean {
   );
 }
 
-type Problem = 'transient' | 'auth' | 'permission' | 'schema' | 'data' | 'other';
+type Problem = 'transient' | 'auth' | 'permission' | 'database' | 'tls' | 'schema' | 'data' | 'other';
 
-/** SQLSTATEs (and Node socket errors) by what the operator has to do about them. */
+/** The problems an operator has to fix (logged as errors, with what to do). */
+const OPERATOR_PROBLEMS = new Set<Problem>(['auth', 'permission', 'database', 'tls', 'schema']);
+
+/** SQLSTATEs (and Node socket and TLS errors) by what the operator has to do about them. */
 function classify(err: unknown): Problem {
   if (err instanceof NewerSchemaError || err instanceof BadSchemaError) return 'schema';
   const code = (err as { code?: unknown }).code;
   if (typeof code !== 'string') return 'transient'; // pg's own connection errors carry no code
   if (code === '28P01' || code === '28000') return 'auth';
   if (code === '42501') return 'permission';
+  if (code === '3D000') return 'database';
+  // Node's certificate verification: SELF_SIGNED_CERT_IN_CHAIN, ERR_TLS_CERT_ALTNAME_INVALID, …
+  if (/CERT|SELF_SIGNED|UNABLE_TO_(GET|VERIFY)/.test(code)) return 'tls';
   if (['42P01', '42703', '42P10', '3F000', '42704', '42804', '42809'].includes(code)) return 'schema';
   if (code.startsWith('22')) return 'data';
   if (
     /^E[A-Z]+$/.test(code) || // ECONNREFUSED, ECONNRESET, ETIMEDOUT, EPIPE, ENOTFOUND, …
     ['08', '53', '57', '58', '40', 'XX', '55'].includes(code.slice(0, 2)) ||
-    code === '25P03' ||
-    code === '3D000'
+    code === '25P03'
   )
     return 'transient';
   return 'other';
@@ -264,6 +263,8 @@ function classify(err: unknown): Problem {
 
 const HINTS: Partial<Record<Problem, string>> = {
   auth: "check the user and password in the sink's url (or url_file) and the server's pg_hba.conf",
+  database: "check the database name in the sink's url",
+  tls: "the server's certificate is not trusted: set the sink's ca_file to the CA that signed it (or reject_unauthorized: false to encrypt without verifying)",
   permission:
     'grant the role USAGE on the schema and SELECT, INSERT, UPDATE on its tables (and CREATE on the schema, or on the database, to let feedsync create them): see the README, "postgres mirror"',
   schema:
@@ -330,7 +331,7 @@ class PostgresMirrorSink implements Sink {
     this.migrating ??= (async () => {
       let client: PoolClient | undefined;
       try {
-        client = await this.pool.connect();
+        client = await this.checkout();
         const result = await migrate(client, this.schema, feedsyncVersion());
         this.migrated = true;
         this.ctx.logger.info(
@@ -347,6 +348,33 @@ class PostgresMirrorSink implements Sink {
       }
     })();
     return this.migrating;
+  }
+
+  /**
+   * A connection of the pool, listened to while it is ours. The pool stops listening for its
+   * errors when it hands it out, and the server's message ending a connection (a shutdown or
+   * restart, 57P01) can come in the same packet as the answer before it — the startup's, or our
+   * last query's — when no query is active: unheard, it would be an uncaught error. So the listener
+   * is attached in the pool's callback, before anything else can run. The next query on such a
+   * connection fails, and the connection is closed.
+   */
+  private checkout(): Promise<PoolClient> {
+    return new Promise((resolve, reject) => {
+      this.pool.connect((err, client) => {
+        if (err || !client) {
+          reject(err ?? new Error('no connection'));
+          return;
+        }
+        const heard = (error: Error) => this.idleError(error);
+        client.on('error', heard);
+        const release = client.release.bind(client);
+        client.release = (broken?: Error | boolean) => {
+          client.removeListener('error', heard);
+          release(broken);
+        };
+        resolve(client);
+      });
+    });
   }
 
   /** The batch's changes without duplicate keys; per subject, in feed order, split into rounds. */
@@ -401,7 +429,7 @@ class PostgresMirrorSink implements Sink {
     await this.ensureMigrated();
     let client: PoolClient;
     try {
-      client = await this.pool.connect();
+      client = await this.checkout();
     } catch (err) {
       throw this.failure(err, 'cannot connect');
     }
@@ -474,7 +502,7 @@ class PostgresMirrorSink implements Sink {
     const message = `${this.where}: ${what}: ${errorMessage(err)}${hint ? ` (${hint})` : ''}`;
     if (problem === 'data' && single) return new NeverError(message, { cause: err });
     const now = Date.now();
-    if (problem === 'auth' || problem === 'permission' || problem === 'schema') {
+    if (OPERATOR_PROBLEMS.has(problem)) {
       if (now - (this.logged.get(problem) ?? 0) >= PROBLEM_LOG_INTERVAL_MS) {
         this.logged.set(problem, now);
         this.ctx.logger.error({ problem }, message);
@@ -497,9 +525,13 @@ class PostgresMirrorSink implements Sink {
     this.ctx.logger.debug({ err: errorMessage(err) }, 'idle postgres connection closed');
   }
 
-  /** Whether the pool can hand out a working connection now (asked within 2 s). */
+  /**
+   * The pool's state: true while its connections work (the last write succeeded); after a failure,
+   * or before the first connection, whether one answers `SELECT 1` within 2 s.
+   */
   async healthy(): Promise<boolean> {
     if (this.closing) return false;
+    if (!this.failing && this.pool.totalCount > 0) return true;
     let timer: NodeJS.Timeout | undefined;
     try {
       const probe = this.pool.query('SELECT 1').then(() => true);
@@ -542,7 +574,7 @@ function upsertSql(s: string, logChanges: boolean): string {
     : '';
   // A version-only row (skipped: subject NULL, not deleted) keeps the subject and deleted flag.
   const versionOnly = 'excluded.subject IS NULL AND NOT excluded.deleted';
-  return `WITH batch AS MATERIALIZED (
+  return `WITH batch AS (
       SELECT e.c, e.n FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS e(c, n))${log}
     INSERT INTO ${s}.subjects AS s (subject_url, resource_type, service, source, subject, last_event_id,
                                    last_occurred_at, last_key, deleted, updated_at)

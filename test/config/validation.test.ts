@@ -227,8 +227,8 @@ describe('rejections name the key path', () => {
     const raw = minimalRaw();
     raw.sinks.push({ name: 'k', type: 'kafka' }, { name: 'n' }, { name: 'x', type: 'jsonl' });
     expect(problems(raw)).toEqual([
-      'sinks[1].type: unknown sink type "kafka" (known: jsonl, webhook, sqlite, module)',
-      'sinks[2].type: required (known sink types: jsonl, webhook, sqlite, module)',
+      'sinks[1].type: unknown sink type "kafka" (known: jsonl, webhook, sqlite, postgres, module)',
+      'sinks[2].type: required (known sink types: jsonl, webhook, sqlite, postgres, module)',
       'sinks[3].path: required',
     ]);
   });

@@ -22,8 +22,8 @@ afterAll(async () => {
 });
 
 describe('sink registry', () => {
-  it('lists exactly the four sink types, each under its own type name', () => {
-    expect(Object.keys(sinkTypes).sort()).toEqual(['jsonl', 'module', 'sqlite', 'webhook']);
+  it('lists exactly the five sink types, each under its own type name', () => {
+    expect(Object.keys(sinkTypes).sort()).toEqual(['jsonl', 'module', 'postgres', 'sqlite', 'webhook']);
     for (const [type, definition] of Object.entries(sinkTypes)) expect(definition.type).toBe(type);
   });
 

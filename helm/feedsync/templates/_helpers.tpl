@@ -89,6 +89,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $refs := list -}}
 {{- range .Values.config.sources -}}{{- $refs = append $refs (dict "what" (printf "config.sources[%s].password_file" .name) "path" .password_file) -}}{{- end -}}
 {{- range .Values.config.sinks -}}{{- if .secret_file -}}{{- $refs = append $refs (dict "what" (printf "config.sinks[%s].secret_file" .name) "path" .secret_file) -}}{{- end -}}{{- end -}}
+{{- range .Values.config.sinks -}}{{- if .url_file -}}{{- $refs = append $refs (dict "what" (printf "config.sinks[%s].url_file" .name) "path" .url_file) -}}{{- end -}}{{- end -}}
 {{- range $refs -}}
 {{- if hasPrefix $dir .path -}}
 {{- $key := trimPrefix $dir .path -}}
