@@ -63,6 +63,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       version: opts.version,
       queueCounts: () => admin.counts(),
       leading: () => [...leading],
+      sinkHealth: () => sinkHealth(sinks),
       logger,
     });
     release.add('metrics', () => metrics.close());
@@ -137,6 +138,28 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     await release.close();
     throw err;
   }
+}
+
+/** Each sink's own `healthy()`, bounded in time: a sink without one, or that throws, is judged by that. */
+async function sinkHealth(sinks: SinkRuntime[]): Promise<Record<string, boolean>> {
+  const entries = await Promise.all(
+    sinks.map(async ({ name, sink }): Promise<[string, boolean]> => {
+      if (!sink.healthy) return [name, true];
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(false), 1000);
+        timer.unref();
+      });
+      try {
+        return [name, await Promise.race([sink.healthy().then((ok) => ok !== false), late])];
+      } catch {
+        return [name, false];
+      } finally {
+        clearTimeout(timer);
+      }
+    }),
+  );
+  return Object.fromEntries(entries);
 }
 
 /** Open every configured sink, each registering its close. */

@@ -19,6 +19,8 @@ export interface MetricsOptions {
   queueCounts?: () => Promise<Record<string, SinkJobCounts>>;
   /** Sources this process polls now (it holds their lease); asked at scrape time. */
   leading?: () => string[];
+  /** Each delivering sink's own health (its `healthy()`), asked at scrape time. */
+  sinkHealth?: () => Promise<Record<string, boolean>>;
   logger?: Logger;
 }
 
@@ -140,6 +142,17 @@ export function createMetrics(opts: MetricsOptions): Metrics {
       if (!leading) return;
       const held = new Set(leading());
       for (const source of opts.sources) this.set({ source }, held.has(source) ? 1 : 0);
+    },
+  });
+  const sinkHealth = opts.sinkHealth;
+  new Gauge({
+    name: 'feedsync_sink_healthy',
+    help: "1 while the sink says it can accept deliveries (its healthy()), else 0; one sink's trouble never fails /readyz.",
+    labelNames: ['sink'] as const,
+    registers,
+    async collect() {
+      if (!sinkHealth) return;
+      for (const [sink, ok] of Object.entries(await sinkHealth())) this.set({ sink }, ok ? 1 : 0);
     },
   });
   const changesEnqueued = new Counter({

@@ -276,3 +276,20 @@ describe('metrics over /metrics', () => {
     expect(check.code).toBe(0);
   });
 });
+
+describe('sink health', () => {
+  it("reports each sink's own healthy() as feedsync_sink_healthy, 1 or 0", async () => {
+    const events = new PipelineEvents();
+    const metrics = createMetrics({
+      events,
+      sources: [],
+      sinks: ['mirror', 'hook'],
+      version: 'x',
+      sinkHealth: async () => ({ mirror: true, hook: false }),
+    });
+    const samples = parseSamples(await metrics.registry.metrics());
+    expect(sampleValue(samples, 'feedsync_sink_healthy', { sink: 'mirror' })).toBe(1);
+    expect(sampleValue(samples, 'feedsync_sink_healthy', { sink: 'hook' })).toBe(0);
+    metrics.close();
+  });
+});
