@@ -2,9 +2,10 @@
 // (SIGSTOP) — test/support/redis.ts does not hand out the process.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
-import { createServer, Socket } from 'node:net';
+import { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { freePort } from '../support/redis.js';
 
 export interface RedisProc {
   url: string;
@@ -155,17 +156,5 @@ function ping(port: number): Promise<boolean> {
       if (data.includes('\r\n')) done(data.startsWith('+PONG'));
     });
     socket.connect(port, '127.0.0.1', () => socket.write('PING\r\n'));
-  });
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const address = srv.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      srv.close(() => resolve(port));
-    });
   });
 }

@@ -229,7 +229,14 @@ export function readMirrorLive(mirrorPath: string): Map<string, MirrorRow> {
  * feed, which may carry fewer fields than a GET: every field the mirror has must equal the GET's.
  */
 export function mirrorDifferences(sandbox: Sandbox, mirrorPath: string): string[] {
-  const mirror = readMirrorLive(mirrorPath);
+  return liveStateDifferences(sandbox, readMirrorLive(mirrorPath));
+}
+
+/** The comparison of mirrorDifferences over any mirror's live rows (the sqlite one, the postgres one). */
+export function liveStateDifferences(
+  sandbox: Sandbox,
+  mirror: ReadonlyMap<string, { subject: Record<string, unknown> }>,
+): string[] {
   const diffs: string[] = [];
   const live = new Map<string, { service: ServiceName; resource: Resource }>();
   for (const service of SERVICES)
@@ -259,7 +266,7 @@ export function mirrorDifferences(sandbox: Sandbox, mirrorPath: string): string[
   return diffs;
 }
 
-function deepEqual(a: unknown, b: unknown): boolean {
+export function deepEqual(a: unknown, b: unknown): boolean {
   if (a === b) return true;
   if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
   if (Array.isArray(a) !== Array.isArray(b)) return false;

@@ -7,13 +7,14 @@ import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Resource } from '../../src/core/resource.js';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { rawConfig, readJsonl, tempDir } from '../support/harness.js';
 import { startPostgres, type PostgresServer } from '../support/postgres.js';
 import { killAllCli, writeConfig, type CliProcess } from '../support/process.js';
 import {
+  deepEqual,
   expireLocksOf,
+  liveStateDifferences,
   SEED,
   sandboxKeys,
   SERVICES,
@@ -143,40 +144,10 @@ function sqliteRows(path: string): Map<string, MirrorRow> {
   }
 }
 
-/**
- * Differences between the postgres mirror's live rows and the sandbox's live state, row by row, as
- * mirrorDifferences does for the sqlite mirror: workflow subjects (fetched by GET) exactly; every
- * field of an embedded scheduling subject equal to the GET's.
- */
+/** The postgres mirror's live rows against the sandbox's live state, as for the sqlite mirror. */
 async function pgMirrorDifferences(schema: string): Promise<string[]> {
-  const mirror = new Map([...(await pgRows(schema))].filter(([, r]) => !r.deleted));
-  const diffs: string[] = [];
-  const live = new Map<string, { service: string; resource: Resource }>();
-  for (const service of SERVICES)
-    for (const [url, resource] of Object.entries(sandbox.liveState(service)))
-      live.set(url, { service, resource });
-  for (const [url, { service, resource }] of live) {
-    const row = mirror.get(url);
-    if (!row) {
-      diffs.push(`missing live subject ${url}`);
-      continue;
-    }
-    const want = resource as Record<string, unknown>;
-    const got = row.subject ?? {};
-    if (service === 'workflow') {
-      if (!deepEqual(got, want))
-        diffs.push(`${url}: mirror ${JSON.stringify(got)} != sandbox ${JSON.stringify(want)}`);
-    } else {
-      for (const [field, value] of Object.entries(got))
-        if (!deepEqual(value, want[field]))
-          diffs.push(
-            `${url}.${field}: mirror ${JSON.stringify(value)} != sandbox ${JSON.stringify(want[field])}`,
-          );
-    }
-  }
-  for (const url of mirror.keys())
-    if (!live.has(url)) diffs.push(`mirror has ${url} live; the sandbox does not`);
-  return diffs;
+  const live = [...(await pgRows(schema))].filter(([, r]) => !r.deleted);
+  return liveStateDifferences(sandbox, new Map(live.map(([url, r]) => [url, { subject: r.subject ?? {} }])));
 }
 
 /** Every row of the two mirrors, tombstones included, equal. */
@@ -192,16 +163,6 @@ async function mirrorsDiffer(files: PgRunFiles): Promise<string[]> {
   }
   for (const url of a.keys()) if (!b.has(url)) diffs.push(`sqlite lacks ${url}`);
   return diffs;
-}
-
-function deepEqual(a: unknown, b: unknown): boolean {
-  if (a === b) return true;
-  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
-  if (Array.isArray(a) !== Array.isArray(b)) return false;
-  const ka = Object.keys(a);
-  const kb = Object.keys(b);
-  if (ka.length !== kb.length) return false;
-  return ka.every((k) => deepEqual((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]));
 }
 
 /** What a stalled run was doing: its exit, its last warnings and errors, stderr, the jsonl's size. */
