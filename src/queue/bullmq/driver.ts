@@ -90,17 +90,16 @@ export async function createBullmqDriver(
           `${defaultOwner()} (cursor command)`,
         ),
     };
-    // A poller's own cursor writes (start_from latest) go through the fenced commit, like pages.
-    const sourceState: SourceState =
-      producer && leases
-        ? {
-            ...stored,
-            save: async (source, eventId, seenAbove) => {
-              if (!leases.fence(source)) return stored.save(source, eventId, seenAbove);
-              await producer.commitPage({ source, changes: [], cursor: eventId, seenAbove });
-            },
-          }
-        : stored;
+    // A poller's own cursor writes (start_from latest) go through the fenced commit, like pages:
+    // one that no longer holds the source writes nothing (commitPage refuses without the lease).
+    const sourceState: SourceState = producer
+      ? {
+          ...stored,
+          save: async (source, eventId, seenAbove) => {
+            await producer.commitPage({ source, changes: [], cursor: eventId, seenAbove });
+          },
+        }
+      : stored;
 
     const delivery = delivers
       ? createBullmqDelivery({ queue: config.queue, sinks: ctx.sinks, events: ctx.events, logger })

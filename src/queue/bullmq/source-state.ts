@@ -26,7 +26,7 @@ export function createRedisSourceState(client: Redis, prefix: string): RedisSour
     return { eventId: Number(cursor), seenAbove: parseSeen(seen ?? null) };
   }
 
-  /** Unfenced: for `cursor set/reset`, which first make sure no poller holds the source. */
+  /** Unfenced: only for processes that hold no lease (pollers save through the fenced commit, `cursor set/reset` through their hold). */
   async function save(source: string, eventId: number, seenAbove: number[]): Promise<void> {
     await client.hset(key(source), cursorFields(eventId, seenAbove));
   }
