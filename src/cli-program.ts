@@ -238,6 +238,28 @@ examples(
   'feedsync cursor reset scheduling --to earliest',
 );
 
+examples(
+  program
+    .command('replay')
+    .description(
+      're-deliver one sink from a point of the feed on its own reader, the other sinks untouched ' +
+        '(refused while another replay of it runs; watch it with feedsync status)',
+    )
+    .requiredOption('--sink <name>', 'the sink to re-deliver')
+    .option('--source <name>', 'only this source (default: every source the sink receives)')
+    .requiredOption('--from <id>', 'an event id (the events after it are delivered again) or earliest')
+    .action(async (o: { sink: string; source?: string; from: string }, cmd: Command) => {
+      const [{ loadForCommand }, { replayCommand }] = await Promise.all([
+        import('./commands/context.js'),
+        import('./commands/replay.js'),
+      ]);
+      const { loaded } = loadForCommand(quiet(cmd));
+      await replayCommand(loaded.config, o, print);
+    }),
+  'feedsync replay --sink mirror --from earliest',
+  'feedsync replay --sink webhook --source scheduling --from 41230',
+);
+
 const dlq = examples(
   program.command('dlq').description('inspect and replay dead-lettered changes'),
   'feedsync dlq list --sink webhook',

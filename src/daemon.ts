@@ -14,6 +14,7 @@ import type { QueueAdmin, SinkRuntime } from './queue/queue.js';
 import { Releasers } from './releasers.js';
 import { services } from './services/index.js';
 import { withDeliveryDeadline } from './sinks/deadline.js';
+import { withProbeGate } from './sinks/probe-gate.js';
 import { openSink } from './sinks/registry.js';
 import { createUpstreamClient, sourceClientOptions, type UpstreamClient } from './upstream/client.js';
 
@@ -51,7 +52,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
   const leading = new Set<string>();
 
   try {
-    const sinks = modeDelivers(mode) ? await openSinks(opts, release) : [];
+    const sinks = modeDelivers(mode) ? await openSinks(opts, events, release) : [];
     const driver = await openQueueDriver({ config, mode, sinks, events, logger });
     release.add('queue driver', () => driver.close());
     const { admin, delivery } = driver;
@@ -162,22 +163,31 @@ async function sinkHealth(sinks: SinkRuntime[]): Promise<Record<string, boolean>
   return Object.fromEntries(entries);
 }
 
-/** Open every configured sink, each registering its close. */
-async function openSinks(opts: DaemonOptions, release: Releasers): Promise<SinkRuntime[]> {
+/**
+ * Open every configured sink, each registering its close. The probe gate is outside the deadline,
+ * so a sink that hangs is also probed one call at a time.
+ */
+async function openSinks(
+  opts: DaemonOptions,
+  events: PipelineEvents,
+  release: Releasers,
+): Promise<SinkRuntime[]> {
   const runtimes: SinkRuntime[] = [];
   for (const sinkConfig of opts.config.sinks) {
+    const logger = opts.logger.child({ sink: sinkConfig.name });
     const opened = await openSink(sinkConfig, {
       name: sinkConfig.name,
-      logger: opts.logger.child({ sink: sinkConfig.name }),
+      logger,
       configDir: opts.configDir,
     });
-    const sink = withDeliveryDeadline(
-      opened,
+    const sink = withProbeGate(
+      withDeliveryDeadline(opened, sinkConfig.name, opts.config.queue.delivery_timeout_ms, logger),
       sinkConfig.name,
-      opts.config.queue.delivery_timeout_ms,
-      opts.logger.child({ sink: sinkConfig.name }),
+      opts.config.queue,
+      // Its lines name the sink themselves.
+      { logger: opts.logger, events },
     );
-    runtimes.push({ name: sinkConfig.name, sink });
+    runtimes.push({ name: sinkConfig.name, sink, state: sink.state, readyInMs: sink.readyInMs });
     release.add(`sink ${sinkConfig.name}`, () => sink.close());
   }
   return runtimes;
@@ -227,7 +237,6 @@ function startPollers(
         sourceState,
         events,
         logger: log,
-        maxBacklog: config.queue.max_backlog,
         signal,
       }),
     );

@@ -3,13 +3,14 @@ import type { FeedsyncConfig } from '../config/types.js';
 import { PipelineEvents } from '../core/events.js';
 import type { QueueDriver, SourceLeases, SourceState } from '../queue/driver.js';
 import { openQueueDriver } from '../queue/drivers.js';
-import type { QueueAdmin } from '../queue/queue.js';
+import type { QueueAdmin, SinkPositionsAdmin } from '../queue/queue.js';
 
 /** What the operations commands need, for any queue driver, from outside the daemon. */
 export interface OpsHandles {
   sourceState: SourceState;
   leases: SourceLeases;
   admin: QueueAdmin;
+  positions: SinkPositionsAdmin;
   close(): Promise<void>;
 }
 
@@ -21,10 +22,10 @@ export async function openOps(config: FeedsyncConfig): Promise<OpsHandles> {
     events: new PipelineEvents(),
     logger: pino({ level: 'silent' }),
   });
-  const { sourceState, leases, admin } = driver;
+  const { sourceState, leases, admin, positions } = driver;
   if (!sourceState || !leases) {
     await driver.close();
     throw new Error(`queue driver ${config.queue.driver} offers no source state for the ops commands`);
   }
-  return { sourceState, leases, admin, close: () => driver.close() };
+  return { sourceState, leases, admin, positions, close: () => driver.close() };
 }

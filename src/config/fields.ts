@@ -45,3 +45,27 @@ export const filterSchema = z
     resource_types: z.array(nonEmpty).default([]),
   })
   .prefault({});
+
+/** earliest | a non-negative integer event id: where a sink added later starts (it is back-filled). */
+const sinkStartFrom = z.unknown().transform((value, ctx): 'earliest' | number => {
+  if (value === 'earliest') return value;
+  const id = typeof value === 'string' && /^[0-9]+$/.test(value) ? Number(value) : value;
+  if (typeof id === 'number' && Number.isSafeInteger(id) && id >= 0) return id;
+  ctx.addIssue({
+    code: 'custom',
+    message: `must be earliest or a non-negative integer event id (got ${JSON.stringify(value)})`,
+  });
+  return z.NEVER;
+});
+
+/**
+ * The keys every sink type shares besides its own: its name, which changes it receives, how many
+ * undelivered changes it may have queued before it is parked (default queue.max_backlog), and
+ * where it starts when added to a deployment that already runs (default: from now on).
+ */
+export const sinkCommonFields = {
+  name,
+  filter: filterSchema,
+  max_backlog: atLeastOne.optional(),
+  start_from: sinkStartFrom.optional(),
+};

@@ -118,6 +118,20 @@ export class RetryLaterError extends FeedsyncError {
   }
 }
 
+/**
+ * Not thrown by a sink but instead of calling it: the sink keeps failing and only one probe at a
+ * time reaches it (sinks/probe-gate.ts). A wait, so the queues spend no attempt on the change.
+ */
+export class SinkProbingError extends RetryLaterError {
+  override name = 'SinkProbingError';
+  constructor(sink: string, retryAfterMs: number, lastError: string) {
+    super(
+      `sink "${sink}" is failing (${lastError}); held back until its next probe, in ${retryAfterMs} ms`,
+      retryAfterMs,
+    );
+  }
+}
+
 /** Thrown by a sink: this change can never be delivered (e.g. HTTP 400); dead-letter it at once. */
 export class NeverError extends FeedsyncError {
   override name = 'NeverError';

@@ -51,8 +51,20 @@ export interface PipelineEventMap {
    * over): the sink got them, the new owner delivers them again. The only copies a freeze causes.
    */
   'delivery:after-lease-loss': { sink: string; changes: number };
+  /** A sink's backlog reached its bound: the shared poll of `source` no longer queues for it. */
+  'sink:parked': { source: string; sink: string };
+  /**
+   * A page of a sink's own catch-up (after parking, a backfill or a replay) was queued; `joined`:
+   * it rejoined the shared stream with it; `lost`: ids passed while it was parked that the feed no
+   * longer lists.
+   */
+  'catchup:committed': { source: string; sink: string; queued: number; joined: boolean; lost: number };
   /** An event type the specs do not list; emitted once per type and source. */
   'event:unknown-type': { source: string; eventType: string };
+  /** A sink started failing (only probes reach it now) or answered again. */
+  'sink:failing': { sink: string; failing: boolean };
+  /** A probe of a failing sink finished: `ok` when the sink answered (a NeverError is an answer). */
+  'sink:probe': { sink: string; ok: boolean };
   /** A delivery attempt to a sink finished. */
   'delivery:finished': {
     sink: string;

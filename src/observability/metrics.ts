@@ -155,6 +155,18 @@ export function createMetrics(opts: MetricsOptions): Metrics {
       for (const [sink, ok] of Object.entries(await sinkHealth())) this.set({ sink }, ok ? 1 : 0);
     },
   });
+  const sinkProbes = new Counter({
+    name: 'feedsync_sink_probes_total',
+    help: 'Calls let through to a failing sink, one at a time, to see whether it answers again, by outcome (ok, failed).',
+    labelNames: ['sink', 'outcome'] as const,
+    registers,
+  });
+  const sinkFailing = new Gauge({
+    name: 'feedsync_sink_failing',
+    help: "1 while this process holds a failing sink's deliveries back (only probes reach it), else 0.",
+    labelNames: ['sink'] as const,
+    registers,
+  });
   const changesEnqueued = new Counter({
     name: 'feedsync_changes_enqueued_total',
     help: 'Changes durably queued, by source and sink.',
@@ -230,6 +242,8 @@ export function createMetrics(opts: MetricsOptions): Metrics {
     for (const outcome of DELIVERY_OUTCOMES) deliveriesTotal.inc({ sink, outcome }, 0);
     deliveryDuration.zero({ sink });
     afterLeaseLoss.inc({ sink }, 0);
+    for (const outcome of ['ok', 'failed']) sinkProbes.inc({ sink, outcome }, 0);
+    sinkFailing.set({ sink }, 0);
     endToEnd.zero({ sink });
     if (counts) {
       for (const state of QUEUE_STATES) queueJobs.set({ sink, state }, 0);
@@ -243,6 +257,8 @@ export function createMetrics(opts: MetricsOptions): Metrics {
       httpRequests.inc({ source: e.source, kind: e.kind, code: e.code });
     }),
     events.on('delivery:after-lease-loss', (e) => afterLeaseLoss.inc({ sink: e.sink }, e.changes)),
+    events.on('sink:probe', (e) => sinkProbes.inc({ sink: e.sink, outcome: e.ok ? 'ok' : 'failed' })),
+    events.on('sink:failing', (e) => sinkFailing.set({ sink: e.sink }, e.failing ? 1 : 0)),
     events.on('upstream:refused', (e) => refusals.inc({ source: e.source, reason: e.reason })),
     events.on('upstream:invalid-utf8', (e) => invalidUtf8.inc({ source: e.source })),
     events.on('feed:anomaly', (e) => anomalies.inc({ source: e.source, kind: e.kind })),

@@ -22,8 +22,6 @@ export interface PollerDeps {
   sourceState: SourceState;
   events: PipelineEvents;
   logger: Logger;
-  /** Pause polling while a sink has more undelivered changes than this. */
-  maxBacklog: number;
   signal: AbortSignal;
   /** How often the feed audit may run (default 60 s; tests shorten it). */
   auditIntervalMs?: number;
@@ -87,24 +85,19 @@ export async function commitEvents(
   events: FeedEvent[],
   expansion: Expansion,
   next: Position,
+  from: Position = next,
 ): Promise<{ changes: Change[]; lastEventAt: number | undefined }> {
   const { source, adapter } = deps;
-  const changes = events.map((e, i) =>
-    buildChange(
-      { source: source.name, service: adapter.kind },
-      e,
-      expansion.outcomes[i]!,
-      adapter.normalizeSubject,
-    ),
-  );
+  const changes = buildChanges(deps, events, expansion);
   const enqueued = await deps.queue.commitPage({
     source: source.name,
     changes,
     cursor: next.cursor,
     seenAbove: next.seenAbove,
+    from,
   });
   for (const e of events) state.recent.add(e.id);
-  const lastEventAt = events.length ? Math.max(...events.map((e) => Date.parse(e.timestamp))) : undefined;
+  const lastEventAt = newestEventAt(events);
   deps.events.emit('page:committed', {
     source: source.name,
     cursor: next.cursor,
@@ -117,4 +110,22 @@ export async function commitEvents(
     gone: expansion.notFound,
   });
   return { changes, lastEventAt };
+}
+
+/** The changes of expanded events, in feed order. */
+export function buildChanges(deps: PollerDeps, events: FeedEvent[], expansion: Expansion): Change[] {
+  const { source, adapter } = deps;
+  return events.map((e, i) =>
+    buildChange(
+      { source: source.name, service: adapter.kind },
+      e,
+      expansion.outcomes[i]!,
+      adapter.normalizeSubject,
+    ),
+  );
+}
+
+/** epoch ms of the newest event (undefined for none). */
+export function newestEventAt(events: FeedEvent[]): number | undefined {
+  return events.length ? Math.max(...events.map((e) => Date.parse(e.timestamp))) : undefined;
 }

@@ -5,6 +5,7 @@ import type { UpstreamClient } from '../upstream/client.js';
 import type { FeedEvent } from './change.js';
 import { nextCursor, observedDisorder, PAGE_SIZE } from './cursor.js';
 import { ExpansionAborted, GoneSubjects, type Expansion } from './expand.js';
+import { CatchUp } from './catch-up.js';
 import { FeedAudit } from './feed-audit.js';
 import { readFeedEvents } from './feed-page.js';
 import { Semaphore } from '../semaphore.js';
@@ -40,6 +41,7 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
     auditSoon: false,
   };
   const audit = new FeedAudit(deps, state);
+  const catchUp = new CatchUp(deps, state);
   let failures = 0;
   let position: Position | undefined;
   let ahead: ReadAhead | undefined;
@@ -47,14 +49,6 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
   while (!signal.aborted) {
     const started = performance.now();
     try {
-      if ((await deps.queue.maxBacklog()) > deps.maxBacklog) {
-        logger.warn(
-          { max_backlog: deps.maxBacklog },
-          'a sink backlog is over queue.max_backlog; polling paused',
-        );
-        await sleep(source.poll_interval_ms, signal);
-        continue;
-      }
       if (!position) {
         position = await startPosition(deps, state);
         audit.begin(position);
@@ -72,9 +66,14 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
         behind: result.full,
       });
       await recordPoll(deps, { ok: true, behind: result.full, lastEventAt: result.lastEventAt });
+      // Sinks off the shared stream read on their own: a page each per shared page, and while the
+      // source is caught up, as many as they take until the next poll is due.
+      const due = performance.now() + source.poll_interval_ms;
+      let reading = await catchUp.step(position);
       if (!result.full) {
         await audit.runIfDue(position);
-        await sleep(source.poll_interval_ms, signal);
+        while (reading && performance.now() < due && !signal.aborted) reading = await catchUp.step(position);
+        await sleep(Math.max(0, due - performance.now()), signal);
       }
     } catch (err) {
       ahead?.abort();
@@ -183,6 +182,7 @@ async function pollOnce(
       page.fresh,
       await page.expansion,
       page.next,
+      position,
     );
     if (changes.length) logger.debug({ cursor: page.next.cursor, changes: changes.length }, 'page committed');
     return { position: page.next, pageSize: page.size, full: page.full, lastEventAt, ahead: next };
@@ -350,6 +350,17 @@ function noteUnknownTypes(deps: PollerDeps, state: PageState, fresh: FeedEvent[]
 async function startPosition(deps: PollerDeps, state: PageState): Promise<Position> {
   const { source } = deps;
   const stored = await deps.sourceState.get(source.name);
+  // A sink added to a source that already runs, with a start_from of its own, is back-filled.
+  const backfilled = await deps.queue.registerSinks(
+    source.name,
+    deps.adapter.kind,
+    stored && { cursor: stored.eventId, seenAbove: stored.seenAbove },
+  );
+  for (const sink of backfilled)
+    deps.logger.info(
+      { sink },
+      `sink ${sink} is new to source ${source.name}: back-filling it from its start_from`,
+    );
   if (stored) return { cursor: stored.eventId, seenAbove: stored.seenAbove };
   if (typeof source.start_from === 'number') {
     state.floor = source.start_from;

@@ -2,7 +2,7 @@
 // log line per failure. Keeping it here keeps the drivers' numbers and messages identical.
 import type { Logger } from 'pino';
 import type { Change } from '../core/change.js';
-import { errorMessage } from '../core/errors.js';
+import { errorMessage, SinkProbingError } from '../core/errors.js';
 import type { PipelineEvents } from '../core/events.js';
 import type { DeliveryDecision } from './delivery-policy.js';
 
@@ -38,6 +38,9 @@ export function reportFailed(
   err: unknown,
   durationSeconds: number,
 ): void {
+  // Held back by the probe gate, the sink was never called: no attempt to count or log per change
+  // (the gate logs the start and end of the failure and counts its probes).
+  if (err instanceof SinkProbingError) return;
   ctx.events.emit('delivery:finished', {
     sink: ctx.sink,
     outcome: decision.outcome,

@@ -6,7 +6,7 @@ import type { FeedsyncConfig } from '../config/types.js';
 import type { PipelineEvents } from '../core/events.js';
 import type { SourceStatus, StoredCursor } from '../store/cursors.js';
 
-import type { ChangeQueue, DeliveryRunner, QueueAdmin, SinkRuntime } from './queue.js';
+import type { ChangeQueue, DeliveryRunner, QueueAdmin, SinkPositionsAdmin, SinkRuntime } from './queue.js';
 
 export type { SourceStatus, StoredCursor };
 
@@ -72,6 +72,8 @@ export interface QueueDriver {
   delivery?: DeliveryRunner;
   /** Counts and dead letters (status, dlq, metrics). */
   admin: QueueAdmin;
+  /** Per-sink positions (status, metrics, replay). */
+  positions: SinkPositionsAdmin;
   /** Aborted (reason: the error) when this process must stop: it no longer owns what it writes. */
   fatal?: AbortSignal;
   /** Readiness checks by name (store open, redis ping…). */

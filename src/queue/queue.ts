@@ -8,6 +8,95 @@ export interface PageCommit {
   cursor: number;
   /** Event ids above `cursor` that this page already queued (workflow overlap, see services/workflow.ts). */
   seenAbove: number[];
+  /**
+   * The position the page was read after (the cursor before it): where a sink parked by this page
+   * resumes. Default: the stored cursor.
+   */
+  from?: FeedPosition;
+}
+
+/** A position in a source's feed: every event at or below `cursor`, and those in `seenAbove`, is behind it. */
+export interface FeedPosition {
+  cursor: number;
+  seenAbove: number[];
+}
+
+/**
+ * A sink off the shared stream of one source (sink-positions.ts explains the model): parked (its
+ * backlog reached its bound; the shared poll queues nothing more for it) or catching up from its
+ * own position after it drained (or after a backfill or a replay put it there).
+ */
+export interface LaggingSink extends FeedPosition {
+  source: string;
+  sink: string;
+  reason: 'parked' | 'backfill' | 'replay';
+  /** epoch ms: when it left the shared stream (or the replay was asked for). */
+  since: number;
+  /** epoch ms of the newest event its position has passed (0: unknown), for lag in seconds. */
+  eventAt: number;
+  /** Bumped by every replay: a catch-up commit made for another generation is refused. */
+  generation: number;
+  /** Ids the shared poll passed for it while it was parked, not yet seen again by its catch-up. */
+  pendingIds: number;
+  /** More ids were passed than are kept (queue.max_parked_ids): the lost-upstream check is partial. */
+  idsTruncated: boolean;
+  /** Its undelivered queued changes now, and its bound (max_backlog). */
+  backlog: number;
+  bound: number;
+}
+
+/** One catch-up page for one sink: its changes (the driver applies the sink's filter) and its new position. */
+export interface CatchUpCommit extends FeedPosition {
+  source: string;
+  sink: string;
+  generation: number;
+  /** Kept as they were (from the LaggingSink the page was read for). */
+  reason: LaggingSink['reason'];
+  since: number;
+  changes: Change[];
+  /** Ids of every event of the page the sink had not passed (they leave its pending ids). */
+  eventIds: number[];
+  eventAt: number;
+  /** The position reached covers the shared stream's: the sink rejoins it in this same commit. */
+  join: boolean;
+}
+
+export interface CatchUpResult {
+  /** Changes queued for the sink. */
+  queued: number;
+  /** On join: the pending ids never seen again (no longer in the feed: lost upstream). */
+  lost: number[];
+}
+
+/** Where a replay puts a sink: refused while another replay of it is still catching up. */
+export interface ReplayRequest {
+  source: string;
+  sink: string;
+  from: FeedPosition;
+}
+
+/** Events passed while a sink was parked that its catch-up never saw again (no longer in the feed). */
+export interface LostUpstream {
+  source: string;
+  sink: string;
+  count: number;
+  /** The first ids of the last time it happened (at most LOST_IDS_KEPT). */
+  ids: number[];
+  /** epoch ms of the last time. */
+  at: number;
+}
+
+/** Per-sink positions for `status`, metrics and `replay`, from any process. */
+export interface SinkPositionsAdmin {
+  /** Every (source, sink) that lost events upstream, ever. */
+  lost(): Promise<LostUpstream[]>;
+  /** Every sink off a source's shared stream (the others follow their source's cursor). */
+  lagging(): Promise<LaggingSink[]>;
+  /**
+   * Puts the sink at `from` in the source's feed: the source's poller re-delivers it from there on
+   * its own reader, the other sinks untouched. Returns where the sink was. Throws ReplayRefused.
+   */
+  replay(req: ReplayRequest): Promise<{ before: number | null }>;
 }
 
 export interface SinkJobCounts {
@@ -42,8 +131,17 @@ export interface DeadLetterFilter {
 export interface ChangeQueue {
   /** Resolves with the number of changes queued per sink name (sinks whose filter they passed). */
   commitPage(commit: PageCommit): Promise<Record<string, number>>;
-  /** Largest undelivered backlog over all sinks: pollers pause above queue.max_backlog. */
+  /** Largest undelivered backlog over all sinks (metrics); each sink is bounded on its own by parking. */
   maxBacklog(): Promise<number>;
+  /** The sinks of `source` off its shared stream, with their backlogs. */
+  laggingSinks(source: string): Promise<LaggingSink[]>;
+  /** Fenced like commitPage; refused (CatchUpRefused) when the sink's generation moved on. */
+  commitCatchUp(commit: CatchUpCommit): Promise<CatchUpResult>;
+  /**
+   * Called by a source's poller when it starts (fenced like commitPage): sinks never seen for the
+   * source before, with a `start_from`, get a backfill position when the source already has a cursor.
+   */
+  registerSinks(source: string, service: string, at: FeedPosition | undefined): Promise<string[]>;
 }
 
 /** Operations shared by both drivers for `status` and `dlq`. */
@@ -60,6 +158,10 @@ export interface QueueAdmin {
 export interface SinkRuntime {
   name: string;
   sink: import('../sinks/sink.js').Sink;
+  /** 'failing' while the sink keeps failing and only probes reach it (sinks/probe-gate.ts). */
+  state?: () => 'healthy' | 'failing';
+  /** ms until the sink takes a call again (0: now); a driver may wait that long instead of being turned away. */
+  readyInMs?: () => number;
 }
 
 /** The consumer side: runs deliveries to sinks until stopped. */

@@ -11,3 +11,9 @@ export function passesFilter(filter: SinkFilter, change: Change): boolean {
     ok(filter.resource_types, change.resource_type)
   );
 }
+
+/** Whether a sink with `filter` can receive anything from a source of `service`. */
+export function wantsSource(filter: SinkFilter, source: string, service: string): boolean {
+  const ok = (list: string[], value: string) => list.length === 0 || list.includes(value);
+  return ok(filter.sources, source) && ok(filter.services, service);
+}

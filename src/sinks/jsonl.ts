@@ -3,7 +3,7 @@ import { statSync } from 'node:fs';
 import { mkdir, open, stat, type FileHandle } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import { z } from 'zod';
-import { filterSchema, name, nonEmpty } from '../config/fields.js';
+import { nonEmpty, sinkCommonFields } from '../config/fields.js';
 import { errorMessage, RetryLaterError } from '../core/errors.js';
 import type { Change } from '../core/change.js';
 import { changeJson } from '../core/change-json.js';
@@ -14,10 +14,9 @@ import type { Sink, SinkContext } from './sink.js';
 
 /** A `type: jsonl` entry of `sinks`. */
 export const jsonlSinkSchema = z.strictObject({
-  name,
+  ...sinkCommonFields,
   type: z.literal('jsonl'),
   path: nonEmpty,
-  filter: filterSchema,
 });
 export type JsonlSinkConfig = z.output<typeof jsonlSinkSchema>;
 

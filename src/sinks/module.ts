@@ -2,7 +2,7 @@
 import { existsSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { z } from 'zod';
-import { filterSchema, name, nonEmpty } from '../config/fields.js';
+import { nonEmpty, sinkCommonFields } from '../config/fields.js';
 import { ConfigError, errorMessage, FeedsyncError, NeverError, RetryLaterError } from '../core/errors.js';
 import type { Change } from '../core/change.js';
 import type { SinkDefinition } from './definition.js';
@@ -10,12 +10,11 @@ import type { DeliveryContext, Sink, SinkContext, SinkFactory } from './sink.js'
 
 /** A `type: module` entry of `sinks`. */
 export const moduleSinkSchema = z.strictObject({
-  name,
+  ...sinkCommonFields,
   type: z.literal('module'),
   /** Resolved to an absolute path (relative to the config file's directory) by config/load.ts. */
   module: nonEmpty,
   options: z.record(z.string(), z.unknown()).default({}),
-  filter: filterSchema,
 });
 export type ModuleSinkConfig = z.output<typeof moduleSinkSchema>;
 

@@ -8,7 +8,7 @@ import { resolve } from 'node:path';
 import type { ConnectionOptions } from 'node:tls';
 import type { Pool, PoolClient, PoolConfig, QueryConfig } from 'pg';
 import { z } from 'zod';
-import { atLeastOne, filterSchema, name, nonEmpty } from '../config/fields.js';
+import { atLeastOne, nonEmpty, sinkCommonFields } from '../config/fields.js';
 import type { Change } from '../core/change.js';
 import { ConfigError, errorMessage, FeedsyncError, NeverError, RetryLaterError } from '../core/errors.js';
 import type { SinkDefinition } from './definition.js';
@@ -40,7 +40,7 @@ const SCHEMA_NAME = /^(?!pg_)[a-z_][a-z0-9_]{0,62}$/;
 /** A `type: postgres` entry of `sinks`. */
 export const postgresSinkSchema = z
   .strictObject({
-    name,
+    ...sinkCommonFields,
     type: z.literal('postgres'),
     // Never echo the value: it usually carries the password.
     url: z.string().refine((v) => parsePostgresUrl(v) !== undefined, {
@@ -59,7 +59,6 @@ export const postgresSinkSchema = z
     cert_file: nonEmpty.optional(),
     key_file: nonEmpty.optional(),
     reject_unauthorized: z.boolean().default(true),
-    filter: filterSchema,
   })
   .superRefine((sink, ctx) => {
     if ((sink.cert_file === undefined) !== (sink.key_file === undefined))

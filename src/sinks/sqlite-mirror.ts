@@ -6,7 +6,7 @@ import Database from 'better-sqlite3';
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { z } from 'zod';
-import { filterSchema, name, nonEmpty } from '../config/fields.js';
+import { nonEmpty, sinkCommonFields } from '../config/fields.js';
 import { errorMessage, FeedsyncError, RetryLaterError } from '../core/errors.js';
 import type { Change } from '../core/change.js';
 import type { SinkDefinition } from './definition.js';
@@ -20,10 +20,9 @@ import { migrateMirror } from './sqlite-mirror-schema.js';
 
 /** A `type: sqlite` entry of `sinks`. */
 export const sqliteSinkSchema = z.strictObject({
-  name,
+  ...sinkCommonFields,
   type: z.literal('sqlite'),
   path: nonEmpty,
-  filter: filterSchema,
 });
 export type SqliteSinkConfig = z.output<typeof sqliteSinkSchema>;
 

@@ -4,7 +4,7 @@ import { exchangeFailure, receive } from '../upstream/dispatch.js';
 import { Pool } from '../upstream/undici-dispatchers.js';
 import { parseRetryAfter } from '../backoff.js';
 import { z } from 'zod';
-import { durationMs, filterSchema, httpUrl, name, nonEmpty } from '../config/fields.js';
+import { durationMs, httpUrl, nonEmpty, sinkCommonFields } from '../config/fields.js';
 import { ConfigError, errorMessage, isRetryableStatus, NeverError, RetryLaterError } from '../core/errors.js';
 import type { Change } from '../core/change.js';
 import type { SinkDefinition } from './definition.js';
@@ -14,12 +14,11 @@ import { changeJson } from '../core/change-json.js';
 
 /** A `type: webhook` entry of `sinks`. */
 export const webhookSinkSchema = z.strictObject({
-  name,
+  ...sinkCommonFields,
   type: z.literal('webhook'),
   url: httpUrl,
   secret: nonEmpty.optional(),
   timeout_ms: durationMs.default(10000),
-  filter: filterSchema,
 });
 export type WebhookSinkConfig = z.output<typeof webhookSinkSchema>;
 

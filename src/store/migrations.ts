@@ -93,4 +93,42 @@ export const migrations: { version: number; name: string; sql: string }[] = [
         heartbeat_at INTEGER NOT NULL
       );`,
   },
+  {
+    version: 6,
+    name: 'per-sink positions',
+    // A sink off a source's shared stream (parked, back-filling, replaying) has its own position
+    // here (src/queue/sink-positions.ts); a live sink has no row. parked_ids: the ids the shared
+    // poll passed for a parked sink, checked off by its catch-up. known_sinks: the sinks a source
+    // has seen (a sink added later is back-filled once) and each one's generation (bumped by every
+    // park and replay, so a catch-up page read for an older one is refused) and what it lost upstream.
+    sql: `CREATE TABLE lagging_sinks (
+        source        TEXT NOT NULL,
+        sink          TEXT NOT NULL,
+        cursor        INTEGER NOT NULL,
+        seen_above    TEXT NOT NULL DEFAULT '[]',
+        reason        TEXT NOT NULL,
+        since         INTEGER NOT NULL,
+        event_at      INTEGER NOT NULL DEFAULT 0,
+        generation    INTEGER NOT NULL,
+        ids           INTEGER NOT NULL DEFAULT 0,
+        ids_truncated INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (source, sink)
+      );
+      CREATE TABLE parked_ids (
+        source  TEXT NOT NULL,
+        sink    TEXT NOT NULL,
+        id      INTEGER NOT NULL,
+        PRIMARY KEY (source, sink, id)
+      ) WITHOUT ROWID;
+      CREATE TABLE known_sinks (
+        source      TEXT NOT NULL,
+        sink        TEXT NOT NULL,
+        generation  INTEGER NOT NULL DEFAULT 0,
+        -- ids passed while it was parked that its catch-up never saw again (lost upstream)
+        lost_count  INTEGER NOT NULL DEFAULT 0,
+        lost_ids    TEXT NOT NULL DEFAULT '[]',
+        lost_at     INTEGER,
+        PRIMARY KEY (source, sink)
+      );`,
+  },
 ];

@@ -264,6 +264,8 @@ describe('metrics over /metrics', () => {
       feedsync_end_to_end_seconds: 'histogram',
       feedsync_queue_jobs: 'gauge',
       feedsync_dead_letters: 'gauge',
+      feedsync_sink_failing: 'gauge',
+      feedsync_sink_probes_total: 'counter',
       feedsync_build_info: 'gauge',
       process_cpu_seconds_total: 'counter',
       process_start_time_seconds: 'gauge',

@@ -4,6 +4,7 @@ import Database from 'better-sqlite3';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { NEXT_RETRY_DUE } from '../../src/queue/local/delivery.js';
+import { localPositionsAdmin } from '../../src/queue/local/positions-admin.js';
 import { Backlog } from '../../src/queue/local/backlog.js';
 import { LocalProducer } from '../../src/queue/local/producer.js';
 import { CursorStore } from '../../src/store/cursors.js';
@@ -36,6 +37,7 @@ describe('local queue', () => {
       db,
       cursors,
       [{ name: 's', filter: noFilter }],
+      localPositionsAdmin(db, cursors, []),
       new Backlog(db, ['s']),
       () => undefined,
     );

@@ -362,6 +362,89 @@ export function describeQueueDriverConformance(name: string, harness: DriverHarn
       expect(await q.counts('sink')).toEqual({ waiting: 0, active: 0, delayed: 0, failed: 0, dead: 1 });
     });
 
+    it('parks a sink at its bound without holding back another; its catch-up moves it, rejoins, reports lost ids', async () => {
+      let down = true;
+      const late = new RecordingSink({
+        fail: () => (down ? new RetryLaterError('receiver down') : undefined),
+      });
+      const fast = new RecordingSink();
+      const q = await open({ late, fast }, { max_backlog: 5, attempts: 10_000 });
+      const producer = q.driver.producer!;
+      const pages = Array.from({ length: 5 }, (_, p) =>
+        Array.from({ length: 3 }, (_, i) => makeChange(`park-${p}-${i}`)),
+      );
+      // Pages 1-2 are queued for both (late: 6 waiting); page 3 parks `late` where page 3 began.
+      for (const [i, page] of pages.slice(0, 4).entries()) {
+        await q.commit(page);
+        await waitFor(() => fast.delivered.length === 3 * (i + 1), 20_000, `fast got page ${i + 1}`);
+      }
+      const [lag, ...others] = await producer.laggingSinks('src');
+      expect(others).toEqual([]);
+      expect(lag).toMatchObject({
+        sink: 'late',
+        cursor: 2,
+        seenAbove: [],
+        reason: 'parked',
+        pendingIds: 6,
+        backlog: 6,
+      });
+      // A catch-up page read for another generation (a replay moved the sink meanwhile) is refused.
+      const base = {
+        source: 'src',
+        sink: 'late',
+        reason: lag!.reason,
+        since: lag!.since,
+        seenAbove: [],
+        eventAt: 0,
+      };
+      await expect(
+        producer.commitCatchUp({
+          ...base,
+          generation: lag!.generation + 1,
+          changes: pages[2]!,
+          cursor: 3,
+          eventIds: [],
+          join: false,
+        }),
+      ).rejects.toThrow(/not committed/);
+      const third = await producer.commitCatchUp({
+        ...base,
+        generation: lag!.generation,
+        changes: pages[2]!,
+        cursor: 3,
+        eventIds: pages[2]!.map((c) => c.event_id),
+        join: false,
+      });
+      expect(third).toEqual({ queued: 3, lost: [] });
+      expect((await producer.laggingSinks('src'))[0]).toMatchObject({ cursor: 3, pendingIds: 3, backlog: 9 });
+      // Page 4 comes back without its first event (the feed no longer has it): reported lost on rejoining.
+      const fourth = await producer.commitCatchUp({
+        ...base,
+        generation: lag!.generation,
+        changes: pages[3]!.slice(1),
+        cursor: 4,
+        eventIds: pages[3]!.slice(1).map((c) => c.event_id),
+        join: true,
+      });
+      expect(fourth).toEqual({ queued: 2, lost: [pages[3]![0]!.event_id] });
+      expect(await producer.laggingSinks('src')).toEqual([]);
+      expect(await q.driver.positions.lost()).toMatchObject([
+        { source: 'src', sink: 'late', count: 1, ids: [pages[3]![0]!.event_id] },
+      ]);
+      // Back on the shared stream once it has drained (with 9 waiting it would park again): page 5
+      // is queued for both.
+      down = false;
+      await waitFor(() => late.delivered.length === 11, 30_000, 'late drained what it had');
+      await q.commit(pages[4]!);
+      const expected = [...pages[0]!, ...pages[1]!, ...pages[2]!, ...pages[3]!.slice(1), ...pages[4]!].map(
+        (c) => c.key,
+      );
+      await waitFor(() => late.delivered.length >= expected.length, 30_000, 'late got page 5');
+      await sleep(200);
+      expect(late.keys().sort()).toEqual(expected.sort());
+      expect(fast.keys()).toHaveLength(15);
+    });
+
     it('loses nothing when the process owning the driver is killed with SIGKILL mid-delivery', async () => {
       const dir = tempDir();
       const configPath = join(dir, 'config.json');

@@ -7,6 +7,8 @@ import type { AddressInfo } from 'node:net';
 
 export interface ReceivedRequest {
   key: string;
+  /** Date.now() when it arrived. */
+  at: number;
   status: number;
   /** The body's `key` field, to check it matches the header. */
   bodyKey: string | undefined;
@@ -26,7 +28,11 @@ export interface WebhookReceiver {
   close(): Promise<void>;
 }
 
-export async function startReceiver(secret: string, policy: Policy): Promise<WebhookReceiver> {
+export async function startReceiver(
+  secret: string,
+  policy: Policy,
+  opts: { retryAfter?: string } = {},
+): Promise<WebhookReceiver> {
   const requests: ReceivedRequest[] = [];
   const badSignatures: string[] = [];
   const attemptsByKey = new Map<string, number>();
@@ -56,8 +62,10 @@ export async function startReceiver(secret: string, policy: Policy): Promise<Web
       const attempt = (attemptsByKey.get(key) ?? 0) + 1;
       attemptsByKey.set(key, attempt);
       const status = current(key, attempt);
-      requests.push({ key, status, bodyKey });
-      res.writeHead(status, { 'content-type': 'text/plain' }).end(status < 300 ? 'ok' : `refused ${key}`);
+      requests.push({ key, status, bodyKey, at: Date.now() });
+      const headers: Record<string, string> = { 'content-type': 'text/plain' };
+      if (status === 503 && opts.retryAfter !== undefined) headers['retry-after'] = opts.retryAfter;
+      res.writeHead(status, headers).end(status < 300 ? 'ok' : `refused ${key}`);
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));

@@ -7,6 +7,8 @@ import { createBullmqAdmin } from './admin.js';
 import { createBullmqDelivery } from './delivery.js';
 import { createRedisSourceLeases, defaultOwner, readLeaseHolder, type RedisSourceLeases } from './lease.js';
 import { holdSource } from './source-hold.js';
+import { producerSinks } from '../sink-positions.js';
+import { redisPositionsAdmin } from './positions-admin.js';
 import { createBullmqProducer, type BullmqProducer } from './producer.js';
 import {
   assertRedisCredentials,
@@ -69,9 +71,10 @@ export async function createBullmqDriver(
       leases = l;
       const p = createBullmqProducer({
         queue: config.queue,
-        sinks: config.sinks.map((s) => ({ name: s.name, filter: s.filter })),
+        sinks: producerSinks(config),
         leases: l,
         logger,
+        events: ctx.events,
       });
       releasers.push(() => p.close());
       producer = p;
@@ -111,6 +114,12 @@ export async function createBullmqDriver(
       leases: sourceLeases,
       delivery,
       admin,
+      positions: redisPositionsAdmin(
+        stateConnection,
+        config.queue.prefix,
+        config.sources.map((s) => s.name),
+        producerSinks(config),
+      ),
       checks: { redis: () => pingRedis(stateConnection, logger) },
       leading: () => leases?.held() ?? [],
       close,

@@ -20,6 +20,12 @@
 //   backlog         `{feedsync}:backlog`            hash: per sink, changes queued and not yet delivered
 //   pollers         `{feedsync}:pollers`            zset of live poll replicas, score = expiry
 //   commit stats    `{feedsync}:commit-stats`       hash: pages and slice jobs committed
+//   lagging sinks   `{feedsync}:lagging:scheduling` hash: sink → its own position (JSON) while it
+//                                       is off the source's shared stream (sink-positions.ts)
+//   known sinks     `{feedsync}:sinks:scheduling`   hash: sink → generation (bumped by park/replay)
+//   parked ids      `{feedsync}:parked:scheduling:hook`  set: ids the shared poll passed for it
+//   catch-up slice  `<slice id>@c<generation>`      a slice queued by a sink's own catch-up
+//   lost upstream   `{feedsync}:lost:scheduling`    hash: sink → {count, ids, at} of ids its catch-up never saw
 //
 // Queue names cannot collide although sink names may contain `.`: a shard queue's name always ends
 // in `.` + decimal digits and a dead queue's in `.dead`, so no name is both; and stripping that
@@ -120,4 +126,24 @@ export function pollersKey(prefix: string): string {
 
 export function commitStatsKey(prefix: string): string {
   return `${bullPrefix(prefix)}:commit-stats`;
+}
+
+/** Hash: sink → its own position (JSON) while it is off the source's shared stream. */
+export function laggingKey(prefix: string, source: string): string {
+  return `${bullPrefix(prefix)}:lagging:${source}`;
+}
+
+/** Hash: sink → generation; a sink is registered for the source once it has a field here. */
+export function knownSinksKey(prefix: string, source: string): string {
+  return `${bullPrefix(prefix)}:sinks:${source}`;
+}
+
+/** Set: the ids the shared poll passed for a parked sink. */
+export function parkedIdsKey(prefix: string, source: string, sink: string): string {
+  return `${bullPrefix(prefix)}:parked:${source}:${sink}`;
+}
+
+/** Hash: sink → what its catch-ups found lost upstream (JSON {count, ids, at}). */
+export function lostKey(prefix: string, source: string): string {
+  return `${bullPrefix(prefix)}:lost:${source}`;
 }

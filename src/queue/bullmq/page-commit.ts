@@ -18,12 +18,24 @@ import { Job, type Queue } from 'bullmq';
 import type { ChainableCommander, Redis } from 'ioredis';
 import { FeedsyncError, errorMessage } from '../../core/errors.js';
 import type { LeaseFence } from './lease.js';
-import { backlogKey, commitStatsKey, sourceStateKey } from './names.js';
+import type { FeedPosition } from '../queue.js';
+import { CatchUpRefused, LOST_IDS_KEPT, MAX_PENDING_IDS, type LagReason } from '../sink-positions.js';
+import {
+  backlogKey,
+  commitStatsKey,
+  knownSinksKey,
+  laggingKey,
+  lostKey,
+  parkedIdsKey,
+  sourceStateKey,
+} from './names.js';
 import type { ChangeSlice } from './slice.js';
-import { cursorFields } from './source-state.js';
+import { cursorFields, parseSeen } from './source-state.js';
 
-// KEYS: state hash, stats hash, lease key, backlog hash, then the job hash of every slice. ARGV:
-// cursor, seen_above, now, the lease value ('' when unfenced), the changes queued per sink (JSON).
+// KEYS: state hash, stats hash, lease key, backlog hash, lagging-sinks hash, known-sinks hash, the
+// parked-ids set of every sink passed (ARGV[6].pass order), then the job hash of every slice. ARGV:
+// cursor, seen_above, now, the lease value ('' when unfenced), the changes queued per sink (JSON),
+// the sinks this page parks (sink → its lagging entry) and passes (their ids) as JSON.
 // The lease is checked again here, inside the transaction, besides the WATCH: whatever happens to
 // the connection, a cursor moves only under the lease that read the page. The backlog counts
 // changes (not slices) per sink, so `max_backlog`, `status` and the metrics mean the same thing
@@ -32,18 +44,76 @@ const WRITE_CURSOR = `
 if ARGV[4] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[4] then
   return redis.error_reply('FENCED the source lease is no longer ours; cursor not moved')
 end
-for i = 5, #KEYS do
+local lag = cjson.decode(ARGV[6])
+local jobs = 7 + #lag.pass
+for i = jobs, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 0 then
     return redis.error_reply('job ' .. KEYS[i] .. ' of the page is missing; cursor not moved')
   end
 end
+for sink, entry in pairs(lag.park) do
+  if redis.call('HEXISTS', KEYS[5], sink) == 0 then
+    redis.call('HINCRBY', KEYS[6], sink, 1)
+    redis.call('HSET', KEYS[5], sink, entry)
+  end
+end
+for i, sink in ipairs(lag.pass) do
+  local ids = lag.ids[i]
+  if #ids > 0 and redis.call('SCARD', KEYS[6 + i]) < lag.max then
+    for j = 1, #ids, 1000 do redis.call('SADD', KEYS[6 + i], unpack(ids, j, math.min(j + 999, #ids))) end
+  end
+end
 redis.call('HSET', KEYS[1], 'cursor', ARGV[1], 'seen_above', ARGV[2], 'updated_at', ARGV[3])
 redis.call('HINCRBY', KEYS[2], 'pages', 1)
-redis.call('HINCRBY', KEYS[2], 'slices', #KEYS - 4)
+redis.call('HINCRBY', KEYS[2], 'slices', #KEYS - jobs + 1)
 for sink, n in pairs(cjson.decode(ARGV[5])) do
   if n > 0 then redis.call('HINCRBY', KEYS[4], sink, n) end
 end
 return 1`;
+
+// One catch-up page of one sink (sink-positions.ts). KEYS: lease key, known-sinks hash,
+// lagging-sinks hash, the sink's parked-ids set, backlog hash, lost-upstream hash, then the job hash
+// of every slice. ARGV: the lease value, sink, generation, its new lagging entry, '1' to rejoin the
+// shared stream, the ids it saw (JSON), the changes queued, now, the lost ids kept. Refused unless the sink is still lagging with that
+// generation (a replay moved it). Returns, on rejoining, the parked ids never seen again.
+const CATCH_UP = `
+if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return redis.error_reply('FENCED the source lease is no longer ours; catch-up not committed')
+end
+if redis.call('HGET', KEYS[2], ARGV[2]) ~= ARGV[3] or redis.call('HEXISTS', KEYS[3], ARGV[2]) == 0 then
+  return redis.error_reply('REFUSED the sink was moved meanwhile; catch-up not committed')
+end
+for i = 7, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 0 then
+    return redis.error_reply('job ' .. KEYS[i] .. ' of the page is missing; position not moved')
+  end
+end
+local ids = cjson.decode(ARGV[6])
+for j = 1, #ids, 1000 do redis.call('SREM', KEYS[4], unpack(ids, j, math.min(j + 999, #ids))) end
+if tonumber(ARGV[7]) > 0 then redis.call('HINCRBY', KEYS[5], ARGV[2], ARGV[7]) end
+if ARGV[5] == '1' then
+  local lost = redis.call('SMEMBERS', KEYS[4])
+  redis.call('DEL', KEYS[4])
+  redis.call('HDEL', KEYS[3], ARGV[2])
+  if #lost > 0 then
+    local count = #lost
+    local before = redis.call('HGET', KEYS[6], ARGV[2])
+    if before then count = count + (cjson.decode(before).count or 0) end
+    local ids = {}
+    for i = 1, math.min(#lost, tonumber(ARGV[9])) do ids[i] = tonumber(lost[i]) end
+    redis.call('HSET', KEYS[6], ARGV[2], cjson.encode({count = count, ids = ids, at = tonumber(ARGV[8])}))
+  end
+  return lost
+end
+redis.call('HSET', KEYS[3], ARGV[2], ARGV[4])
+return {}`;
+
+/** A lagging sink's entry in the lagging-sinks hash (its generation lives in the known-sinks hash). */
+export interface LaggingEntry extends FeedPosition {
+  reason: LagReason;
+  since: number;
+  eventAt: number;
+}
 
 export interface PlannedSlice {
   queue: Queue<ChangeSlice>;
@@ -58,6 +128,12 @@ export interface PagePlan {
   queued: Record<string, number>;
   cursor: number;
   seenAbove: number[];
+  /** Shared pages: the sinks it was planned as lagging (checked in the commit, under WATCH). */
+  laggingAssumed?: string[];
+  /** Shared pages: sinks this page parks (at `from`, default the stored cursor) and the ids passed for every parked sink. */
+  lagging?: { from?: FeedPosition; park: string[]; passes: Map<string, number[]> };
+  /** A catch-up page of one sink: moves that sink's position, not the source's cursor. */
+  catchUp?: { sink: string; generation: number; entry: LaggingEntry; eventIds: number[]; join: boolean };
 }
 
 /** Thrown when the lease is no longer ours: nothing was written. */
@@ -67,6 +143,23 @@ export class LeaseFencedError extends FeedsyncError {
   }
 }
 
+/** The sinks off the shared stream are not those the page was planned for (a replay meanwhile): nothing was written. */
+export class LaggingChanged extends FeedsyncError {
+  constructor(
+    source: string,
+    readonly lagging: string[],
+  ) {
+    super(
+      `source ${source}: a sink was moved off or onto its shared stream meanwhile; page re-planned`,
+      true,
+    );
+  }
+}
+
+function sameSet(a: string[], b: string[]): boolean {
+  return a.length === b.length && a.every((x) => b.includes(x));
+}
+
 /** A slice id without the rewind generation a previous try may have added. */
 function baseJobId(jobId: string): string {
   const at = jobId.indexOf('@');
@@ -74,8 +167,11 @@ function baseJobId(jobId: string): string {
 }
 
 export interface PageCommitter {
-  /** 'committed', or 'already' when Redis holds this very cursor already (a late earlier try). */
-  commit(plan: PagePlan, fence: LeaseFence | undefined): Promise<'committed' | 'already'>;
+  /**
+   * 'committed', or 'already' when Redis holds this very cursor already (a late earlier try); a
+   * catch-up page that rejoined the shared stream: the parked ids never seen again.
+   */
+  commit(plan: PagePlan, fence: LeaseFence | undefined): Promise<'committed' | 'already' | number[]>;
 }
 
 export function createPageCommitter(opts: {
@@ -92,20 +188,31 @@ export function createPageCommitter(opts: {
   connection.on('ready', () => connections++);
   let chain: Promise<unknown> = Promise.resolve();
 
-  async function commitOnce(plan: PagePlan, fence: LeaseFence | undefined): Promise<'committed' | 'already'> {
+  async function commitOnce(
+    plan: PagePlan,
+    fence: LeaseFence | undefined,
+  ): Promise<'committed' | 'already' | number[]> {
     const stateKey = sourceStateKey(prefix, plan.source);
+    const knownKey = knownSinksKey(prefix, plan.source);
+    const catchUp = plan.catchUp;
     // The BullMQ-aware client: its MULTI knows the job scripts. Every plan queue shares `connection`.
     const client = plan.slices[0] ? await plan.slices[0].queue.backend.client : connection;
     // Taken once connected (awaiting the client may have waited for the first 'ready').
     const epoch = connections;
     // WATCH, the fence check and the "already committed" check go out together: one round trip.
     // ioredis sends them in this order on the one connection, so the reads happen under the WATCH.
-    const [, fenceValues, [cursor, seen, rewinds]] = await Promise.all([
-      fence ? connection.watch(fence.tokenKey) : undefined,
+    // Both watch the known-sinks hash, which every park, backfill and replay bumps: a sink moved
+    // after the plan was made aborts the EXEC (a shared page planned it as live, or a catch-up
+    // page was read for its previous position).
+    const watched = [...(fence ? [fence.tokenKey] : []), knownKey];
+    const [, fenceValues, [cursor, seen, rewinds], generation, lagging] = await Promise.all([
+      connection.watch(...watched),
       fence ? connection.mget(fence.tokenKey, fence.leaseKey) : undefined,
       connection.hmget(stateKey, 'cursor', 'seen_above', 'rewinds'),
+      catchUp ? connection.hget(knownKey, catchUp.sink) : undefined,
+      catchUp ? undefined : connection.hkeys(laggingKey(prefix, plan.source)),
     ]).catch(async (err: unknown) => {
-      if (fence) await connection.unwatch().catch(() => undefined);
+      if (watched.length) await connection.unwatch().catch(() => undefined);
       throw err;
     });
     if (fence && fenceValues) {
@@ -121,15 +228,29 @@ export function createPageCommitter(opts: {
       }
     }
     try {
-      // A try that timed out on the caller's side may still have committed: Redis then holds
-      // exactly this cursor, and committing again would count the page twice.
-      if (cursor === String(plan.cursor) && seen === JSON.stringify(plan.seenAbove)) {
-        if (fence) await connection.unwatch();
-        return 'already';
+      if (catchUp) {
+        if (generation !== String(catchUp.generation))
+          throw new CatchUpRefused(
+            plan.source,
+            catchUp.sink,
+            catchUp.generation,
+            generation ? Number(generation) : undefined,
+          );
+        // Its changes may have been queued for the sink before (a replay): new ids per generation.
+        for (const slice of plan.slices) slice.jobId = `${baseJobId(slice.jobId)}@c${catchUp.generation}`;
+      } else {
+        if (plan.laggingAssumed && !sameSet(plan.laggingAssumed, lagging ?? []))
+          throw new LaggingChanged(plan.source, lagging ?? []);
+        // A try that timed out on the caller's side may still have committed: Redis then holds
+        // exactly this cursor, and committing again would count the page twice.
+        if (cursor === String(plan.cursor) && seen === JSON.stringify(plan.seenAbove)) {
+          if (watched.length) await connection.unwatch();
+          return 'already';
+        }
+        // After `cursor set/reset` the same pages are read again: their slices get new ids, or BullMQ
+        // would take them for the retained completed jobs of the first pass and add nothing.
+        if (rewinds) for (const slice of plan.slices) slice.jobId = `${baseJobId(slice.jobId)}@${rewinds}`;
       }
-      // After `cursor set/reset` the same pages are read again: their slices get new ids, or BullMQ
-      // would take them for the retained completed jobs of the first pass and add nothing.
-      if (rewinds) for (const slice of plan.slices) slice.jobId = `${baseJobId(slice.jobId)}@${rewinds}`;
       // BullMQ's transaction is an ioredis MULTI with its scripts added; typed as the latter here.
       const tx = client.multi() as unknown as ChainableCommander;
       const adds: Promise<unknown>[] = [];
@@ -145,31 +266,82 @@ export function createPageCommitter(opts: {
         adds.push(job.addJob(tx as never));
       }
       await Promise.all(adds);
-      const fields = cursorFields(plan.cursor, plan.seenAbove);
       const jobKeys = plan.slices.map((slice) => slice.queue.toKey(slice.jobId));
-      tx.eval(
-        WRITE_CURSOR,
-        4 + jobKeys.length,
-        stateKey,
-        statsKey,
-        fence?.leaseKey ?? stateKey,
-        backlogKey(prefix),
-        ...jobKeys,
-        fields.cursor!,
-        fields.seen_above!,
-        fields.updated_at!,
-        fence?.value ?? '',
-        JSON.stringify(plan.queued),
-      );
+      if (catchUp) {
+        const { sink, entry } = catchUp;
+        tx.eval(
+          CATCH_UP,
+          6 + jobKeys.length,
+          fence?.leaseKey ?? knownKey,
+          knownKey,
+          laggingKey(prefix, plan.source),
+          parkedIdsKey(prefix, plan.source, sink),
+          backlogKey(prefix),
+          lostKey(prefix, plan.source),
+          ...jobKeys,
+          fence?.value ?? '',
+          sink,
+          String(catchUp.generation),
+          JSON.stringify(entry),
+          catchUp.join ? '1' : '0',
+          JSON.stringify(catchUp.eventIds),
+          String(plan.queued[sink] ?? 0),
+          String(Date.now()),
+          String(LOST_IDS_KEPT),
+        );
+      } else {
+        const fields = cursorFields(plan.cursor, plan.seenAbove);
+        const lag = plan.lagging;
+        const from = lag?.from ?? { cursor: Number(cursor ?? 0), seenAbove: parseSeen(seen ?? null) };
+        const now = Date.now();
+        const park: Record<string, string> = {};
+        for (const sink of lag?.park ?? []) {
+          const entry: LaggingEntry = { ...from, reason: 'parked', since: now, eventAt: now };
+          park[sink] = JSON.stringify(entry);
+        }
+        const pass = [...(lag?.passes.keys() ?? [])];
+        const lagArg = {
+          park,
+          pass,
+          ids: pass.map((sink) => lag!.passes.get(sink)!),
+          max: MAX_PENDING_IDS,
+        };
+        tx.eval(
+          WRITE_CURSOR,
+          6 + pass.length + jobKeys.length,
+          stateKey,
+          statsKey,
+          fence?.leaseKey ?? stateKey,
+          backlogKey(prefix),
+          laggingKey(prefix, plan.source),
+          knownKey,
+          ...pass.map((sink) => parkedIdsKey(prefix, plan.source, sink)),
+          ...jobKeys,
+          fields.cursor!,
+          fields.seen_above!,
+          fields.updated_at!,
+          fence?.value ?? '',
+          JSON.stringify(plan.queued),
+          JSON.stringify(lagArg),
+        );
+      }
       if (fence && connections !== epoch)
         throw new FeedsyncError(
           `redis reconnected during the commit of ${plan.source}; retrying the page`,
           true,
         );
       const results = (await tx.exec()) as [Error | null, unknown][] | null;
-      if (results === null)
-        throw new LeaseFencedError(plan.source, 'another replica took the lease meanwhile');
+      if (results === null) {
+        // Either watched key moved: the fence (another replica) or the known sinks (a replay).
+        const token = fence ? await connection.get(fence.tokenKey) : undefined;
+        if (fence && token !== String(fence.token))
+          throw new LeaseFencedError(plan.source, 'another replica took the lease meanwhile');
+        if (catchUp) throw new CatchUpRefused(plan.source, catchUp.sink, catchUp.generation, undefined);
+        throw new LaggingChanged(plan.source, await connection.hkeys(laggingKey(prefix, plan.source)));
+      }
       const failed = results.find(([err]) => err);
+      if (catchUp && failed && /REFUSED/.test(errorMessage(failed[0])))
+        throw new CatchUpRefused(plan.source, catchUp.sink, catchUp.generation, undefined);
       if (failed) {
         // An add failed (so the cursor script refused): the adds that succeeded stay, as no-ops
         // for the replay of the page.
@@ -178,9 +350,10 @@ export function createPageCommitter(opts: {
           true,
         );
       }
+      if (catchUp) return ((results.at(-1)?.[1] ?? []) as (string | number)[]).map(Number);
       return 'committed';
     } catch (err) {
-      if (fence) await connection.unwatch().catch(() => undefined);
+      if (watched.length) await connection.unwatch().catch(() => undefined);
       throw err;
     }
   }

@@ -5,20 +5,46 @@
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import type { QueueConfig, SinkFilter } from '../../config/types.js';
+import type { QueueConfig } from '../../config/types.js';
 import { FeedsyncError, errorMessage } from '../../core/errors.js';
 import type { Change } from '../../core/change.js';
-import { passesFilter } from '../../sinks/filter.js';
-import type { ChangeQueue, PageCommit } from '../queue.js';
-import type { RedisSourceLeases } from './lease.js';
-import { assertSinkName, backlogKey, bullPrefix, shardIndexes, shardOf, shardQueueName } from './names.js';
-import { createPageCommitter, LeaseFencedError, type PlannedSlice } from './page-commit.js';
+import type { PipelineEvents } from '../../core/events.js';
+import { passesFilter, wantsSource } from '../../sinks/filter.js';
+import type {
+  CatchUpCommit,
+  CatchUpResult,
+  ChangeQueue,
+  FeedPosition,
+  LaggingSink,
+  PageCommit,
+} from '../queue.js';
+import { CatchUpRefused, reportParked, type ProducerSink } from '../sink-positions.js';
+import type { LeaseFence, RedisSourceLeases } from './lease.js';
+import {
+  assertSinkName,
+  backlogKey,
+  bullPrefix,
+  knownSinksKey,
+  laggingKey,
+  shardIndexes,
+  shardOf,
+  shardQueueName,
+} from './names.js';
+import {
+  createPageCommitter,
+  LaggingChanged,
+  LeaseFencedError,
+  type LaggingEntry,
+  type PagePlan,
+  type PlannedSlice,
+} from './page-commit.js';
+import { readLagging } from './positions-admin.js';
 import { closeRedis, createRedisConnection, requireRedisUrl } from './redis.js';
 import { sliceJobId, sliceJobOptions, type ChangeSlice } from './slice.js';
 
 export interface BullmqProducerOptions {
   queue: QueueConfig;
-  sinks: { name: string; filter: SinkFilter }[];
+  sinks: ProducerSink[];
   logger: Logger;
   /**
    * This replica's leases: a page of a source is committed only while its lease is held, and the
@@ -29,12 +55,33 @@ export interface BullmqProducerOptions {
   connection?: Redis;
   /** Give up on a page after this long (default 10 s); see commitPage. */
   addTimeoutMs?: number;
+  events?: PipelineEvents;
 }
 
 export type BullmqProducer = ChangeQueue & { close(): Promise<void> };
 
-/** maxBacklog() is asked before every poll; a second-old answer is plenty for back-pressure. */
-const BACKLOG_CACHE_MS = 1_000;
+/** Backlogs and lagging sinks as last read: a second-old answer is plenty to decide parking. */
+const VIEW_CACHE_MS = 1_000;
+
+// Registers a sink for a source once. KEYS: lease key, known-sinks hash, lagging-sinks hash. ARGV:
+// the lease value ('' unfenced), sink, its backfill entry ('' for none). 1 when it was new.
+const REGISTER = `
+if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return redis.error_reply('FENCED the source lease is no longer ours; sink not registered')
+end
+if redis.call('HSETNX', KEYS[2], ARGV[2], 0) == 0 then return 0 end
+if ARGV[3] ~= '' then
+  redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
+  redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
+end
+return 1`;
+
+/** Per sink: undelivered changes, and which sinks are off each source's shared stream. */
+interface View {
+  backlog: Map<string, number>;
+  lagging: Map<string, Set<string>>;
+  at: number;
+}
 const DEFAULT_ADD_TIMEOUT_MS = 10_000;
 
 export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProducer {
@@ -54,8 +101,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
   const committer = createPageCommitter({ connection: commitConnection, prefix: config.prefix, jobOptions });
 
   const sinks = opts.sinks.map((sink) => ({
-    name: sink.name,
-    filter: sink.filter,
+    ...sink,
     /** For counting (backlog). */
     queues: shards.map(
       (shard) => new Queue<ChangeSlice>(shardQueueName(sink.name, shard), { connection, prefix }),
@@ -75,10 +121,10 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     }
   }
 
-  let backlogCache: { value: number; at: number } | undefined;
-  let backlogInFlight: Promise<number> | undefined;
-  /** Changes this producer has queued (the largest sink's share of each page), counted in between reads. */
-  let queuedTotal = 0;
+  let view: View | undefined;
+  let viewInFlight: Promise<View> | undefined;
+  /** Changes this producer queued per sink since the view being read was asked for. */
+  let queuedSince = new Map<string, number>();
   let closed: Promise<void> | undefined;
 
   /**
@@ -91,32 +137,92 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     const fence = opts.leases?.fence(commit.source);
     if (opts.leases && !fence)
       throw new LeaseFencedError(commit.source, 'this replica does not hold the lease');
+    // Bounded like the commit: BullMQ waits for the very first "ready" without limit.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await commitShared(commit, fence);
+      } catch (err) {
+        // A replay moved a sink between the plan and the commit: plan again with what Redis holds.
+        if (!(err instanceof LaggingChanged) || attempt >= 3) throw err;
+        view?.lagging.set(commit.source, new Set(err.lagging));
+      }
+    }
+  }
+
+  async function commitShared(
+    commit: PageCommit,
+    fence: LeaseFence | undefined,
+  ): Promise<Record<string, number>> {
+    const known = await withDeadline(currentView(commit.source), addTimeoutMs).catch((err: unknown) => {
+      throw cannotQueue(commit.source, commit.cursor, err);
+    });
+    if (!known) throw cannotQueue(commit.source, commit.cursor, noAnswer(addTimeoutMs));
+    const lagging = known.lagging.get(commit.source) ?? new Set<string>();
+    // The cached figures only over-estimate (deliveries since the last read are not in them): a
+    // sink that looks full is parked only if Redis says so now.
+    const full = (sink: (typeof sinks)[number]) =>
+      !lagging.has(sink.name) && backlogOf(sink.name) >= (sink.maxBacklog ?? Infinity);
+    if (sinks.some(full)) await withDeadline(refreshBacklogs(), addTimeoutMs).catch(() => undefined);
     const slices: PlannedSlice[] = [];
     const queued: Record<string, number> = {};
+    const park: string[] = [];
+    const passes = new Map<string, number[]>();
     for (const sink of sinks) {
       queued[sink.name] = 0;
-      // Group by shard while keeping feed order inside each shard: that is the order workers see.
-      const perShard = new Map<number, Change[]>();
-      for (const change of commit.changes) {
-        if (!passesFilter(sink.filter, change)) continue;
-        const shard = shardOf(change, sink.queues.length);
-        const list = perShard.get(shard) ?? [];
-        list.push(change);
-        perShard.set(shard, list);
-        queued[sink.name]! += 1;
+      const wanted = commit.changes.filter((change) => passesFilter(sink.filter, change));
+      if (!wanted.length) continue;
+      // Parked (now, or already): not queued for it; its catch-up reads the page again.
+      const parks = full(sink);
+      if (lagging.has(sink.name) || parks) {
+        if (parks) park.push(sink.name);
+        passes.set(
+          sink.name,
+          wanted.map((c) => c.event_id),
+        );
+        continue;
       }
-      for (const [shard, changes] of perShard)
-        slices.push({ queue: sink.commitQueues[shard]!, jobId: sliceJobId(changes), changes });
+      slices.push(...planSlices(sink, wanted));
+      queued[sink.name] = wanted.length;
     }
-    const plan = {
+    const plan: PagePlan = {
       source: commit.source,
       slices,
       queued,
       cursor: commit.cursor,
       seenAbove: commit.seenAbove,
+      laggingAssumed: [...lagging],
+      ...(passes.size ? { lagging: { ...(commit.from ? { from: commit.from } : {}), park, passes } } : {}),
     };
     // With the offline queue off, a dropped connection fails at once; but BullMQ waits for the very
     // first "ready" without limit, so a Redis that was never reachable would hang the poller.
+    const outcome = await commitPlan(plan, fence);
+    for (const name of park) {
+      lagging.add(name);
+      reportParked(opts.events, opts.logger, commit.source, name);
+    }
+    if (park.length) known.lagging.set(commit.source, lagging);
+    if (outcome === 'committed') countQueued(queued);
+    return queued;
+  }
+
+  /** The slices of one sink's changes: grouped by shard, feed order kept inside each shard. */
+  function planSlices(sink: (typeof sinks)[number], changes: Change[]): PlannedSlice[] {
+    const perShard = new Map<number, Change[]>();
+    for (const change of changes) {
+      const shard = shardOf(change, sink.queues.length);
+      const list = perShard.get(shard) ?? [];
+      list.push(change);
+      perShard.set(shard, list);
+    }
+    return [...perShard].map(([shard, list]) => ({
+      queue: sink.commitQueues[shard]!,
+      jobId: sliceJobId(list),
+      changes: list,
+    }));
+  }
+
+  /** Commits a plan within addTimeoutMs; throws, having written nothing, on any failure. */
+  async function commitPlan(plan: PagePlan, fence: LeaseFence | undefined) {
     const result = await withDeadline(
       committer.commit(plan, fence).then(
         (value) => ({ ok: true as const, value }),
@@ -125,63 +231,168 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
       addTimeoutMs,
     );
     if (!result || !result.ok) {
-      const reason = result ? result.reason : new Error(`no answer from redis within ${addTimeoutMs} ms`);
+      const reason = result ? result.reason : noAnswer(addTimeoutMs);
       if (reason instanceof LeaseFencedError) {
-        opts.leases?.markLost(commit.source, reason.message);
+        opts.leases?.markLost(plan.source, reason.message);
         throw reason;
       }
+      if (reason instanceof CatchUpRefused || reason instanceof LaggingChanged) throw reason;
       // A connection that answers nothing (a socket dead without a reset, a Redis that froze and
       // restarted behind it) is never dropped by ioredis on its own: every later commit would time
       // out on it too. Drop it; ioredis reconnects, and the page is retried on a fresh socket.
       if (!result || /timed out/i.test(errorMessage(reason))) commitConnection.disconnect(true);
       // Nothing was written (or a late write lands whole; the retry then finds the cursor there).
-      throw new FeedsyncError(
-        `cannot queue page of source ${commit.source} (cursor ${commit.cursor}) in Redis: ${errorMessage(reason)}`,
-        true,
-        { cause: reason },
-      );
+      throw cannotQueue(plan.source, plan.cursor, reason);
     }
-    // Counted in at once (the next recount replaces the sum with Redis's figures), so the poller
-    // never has to wait for a recount on its critical path.
-    const added = Math.max(0, ...Object.values(queued));
-    queuedTotal += added;
-    if (backlogCache) backlogCache.value += added;
-    return queued;
+    return result.value;
   }
 
-  /** The largest sink backlog in changes: the counters the commits and the workers keep (page-commit.ts). */
-  async function computeBacklog(): Promise<number> {
-    // Through a queue's client: it waits for the first connection, as the commits do.
+  /** Counted in at once (the next read replaces them with Redis's figures): parking needs no round trip. */
+  function countQueued(queued: Record<string, number>): void {
+    for (const [sink, n] of Object.entries(queued)) {
+      if (!n) continue;
+      queuedSince.set(sink, (queuedSince.get(sink) ?? 0) + n);
+      view?.backlog.set(sink, (view.backlog.get(sink) ?? 0) + n);
+    }
+  }
+
+  function backlogOf(sink: string): number {
+    return view?.backlog.get(sink) ?? 0;
+  }
+
+  async function commitCatchUp(commit: CatchUpCommit): Promise<CatchUpResult> {
+    const fence = opts.leases?.fence(commit.source);
+    if (opts.leases && !fence)
+      throw new LeaseFencedError(commit.source, 'this replica does not hold the lease');
+    const sink = sinks.find((s) => s.name === commit.sink);
+    const wanted = sink ? commit.changes.filter((change) => passesFilter(sink.filter, change)) : [];
+    const plan: PagePlan = {
+      source: commit.source,
+      slices: sink ? planSlices(sink, wanted) : [],
+      queued: { [commit.sink]: wanted.length },
+      cursor: commit.cursor,
+      seenAbove: commit.seenAbove,
+      catchUp: {
+        sink: commit.sink,
+        generation: commit.generation,
+        entry: {
+          cursor: commit.cursor,
+          seenAbove: commit.seenAbove,
+          reason: commit.reason,
+          since: commit.since,
+          eventAt: commit.eventAt,
+        },
+        eventIds: commit.eventIds,
+        join: commit.join,
+      },
+    };
+    const lost = await commitPlan(plan, fence);
+    countQueued(plan.queued);
+    if (commit.join) view?.lagging.get(commit.source)?.delete(commit.sink);
+    return { queued: wanted.length, lost: Array.isArray(lost) ? lost : [] };
+  }
+
+  async function laggingSinks(source: string): Promise<LaggingSink[]> {
+    const lagging = await readLagging(await queueClient(), opts.queue.prefix, source, opts.sinks);
+    // The poller asks between its commits: what it reads is what its next commit must honour.
+    view?.lagging.set(source, new Set(lagging.map((l) => l.sink)));
+    return lagging;
+  }
+
+  async function registerSinks(
+    source: string,
+    service: string,
+    at: FeedPosition | undefined,
+  ): Promise<string[]> {
+    const fence = opts.leases?.fence(source);
+    const client = await queueClient();
+    const backfilled: string[] = [];
+    for (const sink of sinks) {
+      if (!wantsSource(sink.filter, source, service)) continue;
+      const start = sink.startFrom === 'earliest' ? 0 : sink.startFrom;
+      const backfill = at !== undefined && start !== undefined && start < at.cursor;
+      const entry: LaggingEntry | undefined = backfill
+        ? { cursor: start, seenAbove: [], reason: 'backfill', since: Date.now(), eventAt: 0 }
+        : undefined;
+      const added = await client.eval(
+        REGISTER,
+        3,
+        fence?.leaseKey ?? knownSinksKey(opts.queue.prefix, source),
+        knownSinksKey(opts.queue.prefix, source),
+        laggingKey(opts.queue.prefix, source),
+        fence?.value ?? '',
+        sink.name,
+        entry ? JSON.stringify(entry) : '',
+      );
+      if (Number(added) === 1 && entry) backfilled.push(sink.name);
+    }
+    if (backfilled.length) view?.lagging.delete(source);
+    return backfilled;
+  }
+
+  /** A queue's client: it waits for the first connection, as the commits do. */
+  async function queueClient(): Promise<Redis> {
     const first = sinks[0]?.queues[0];
-    const client = first ? ((await first.backend.client) as unknown as Redis) : connection;
+    return first ? ((await first.backend.client) as unknown as Redis) : connection;
+  }
+
+  /** The counters the commits and the workers keep (page-commit.ts). */
+  async function readBacklogs(): Promise<Map<string, number>> {
+    const client = await queueClient();
     const counts = await client.hmget(backlogKey(opts.queue.prefix), ...sinks.map((s) => s.name));
-    return Math.max(0, ...counts.map((n) => Number(n ?? 0)));
+    return new Map(sinks.map((s, i) => [s.name, Number(counts[i] ?? 0)]));
   }
 
   /**
-   * Asked before every poll. Recounting takes a round trip per shard queue, as long as a whole page
-   * commit, so a known figure is answered at once and refreshed in the background once it is a
-   * second old; only the very first call waits for a count.
+   * Asked before every commit. Backlogs are refreshed in the background once a second old (only
+   * the very first call waits). Which sinks lag is read with the source's first commit and then
+   * kept here: only this process (the source's lease holder) parks and rejoins sinks, and its
+   * poller re-reads the list (laggingSinks, between its commits) for what others change (replay).
    */
-  async function maxBacklog(): Promise<number> {
-    const fresh = backlogCache && Date.now() - backlogCache.at < BACKLOG_CACHE_MS;
-    if (!fresh && !backlogInFlight) {
-      const before = queuedTotal;
-      backlogInFlight = computeBacklog()
-        .then((counted) => {
-          // Pages committed while Redis was being counted may be missing from its figures: add
-          // them (possibly twice; over-estimating is the safe side until the next recount).
-          const value = counted + (queuedTotal - before);
-          backlogCache = { value, at: Date.now() };
-          return value;
+  async function currentView(source: string): Promise<View> {
+    const current = await backlogView();
+    if (!current.lagging.has(source)) {
+      const client = await queueClient();
+      current.lagging.set(source, new Set(await client.hkeys(laggingKey(opts.queue.prefix, source))));
+    }
+    return current;
+  }
+
+  /** Reads the backlogs now (a read already under way may predate the deliveries since). */
+  async function refreshBacklogs(): Promise<void> {
+    if (viewInFlight) await viewInFlight.catch(() => undefined);
+    if (view) view.at = 0;
+    await backlogView();
+    await viewInFlight;
+  }
+
+  async function backlogView(): Promise<View> {
+    if (!view || Date.now() - view.at >= VIEW_CACHE_MS) {
+      const since = queuedSince;
+      queuedSince = new Map();
+      viewInFlight ??= readBacklogs()
+        .then((backlog) => {
+          // Pages committed while Redis was being read may be missing from its figures: add them
+          // (possibly twice; over-estimating is the safe side until the next read).
+          for (const [sink, n] of queuedSince) backlog.set(sink, (backlog.get(sink) ?? 0) + n);
+          view = { backlog, lagging: view?.lagging ?? new Map(), at: Date.now() };
+          return view;
+        })
+        .catch((err: unknown) => {
+          for (const [sink, n] of since) queuedSince.set(sink, (queuedSince.get(sink) ?? 0) + n);
+          throw err;
         })
         .finally(() => {
-          backlogInFlight = undefined;
+          viewInFlight = undefined;
         });
-      // A failed background recount keeps the last figure; the next call tries again.
-      backlogInFlight.catch(() => undefined);
+      // A failed background read keeps the last view; the next call tries again.
+      viewInFlight.catch(() => undefined);
     }
-    return backlogCache ? backlogCache.value : backlogInFlight!;
+    return view ?? viewInFlight!;
+  }
+
+  async function maxBacklog(): Promise<number> {
+    return Math.max(0, ...(await backlogView()).backlog.values());
   }
 
   function close(): Promise<void> {
@@ -195,7 +406,19 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     return closed;
   }
 
-  return { commitPage, maxBacklog, close };
+  return { commitPage, commitCatchUp, laggingSinks, registerSinks, maxBacklog, close };
+}
+
+function noAnswer(ms: number): Error {
+  return new Error(`no answer from redis within ${ms} ms`);
+}
+
+function cannotQueue(source: string, cursor: number, reason: unknown): FeedsyncError {
+  return new FeedsyncError(
+    `cannot queue page of source ${source} (cursor ${cursor}) in Redis: ${errorMessage(reason)}`,
+    true,
+    { cause: reason },
+  );
 }
 
 /** The settled value, or undefined when `work` took longer than `ms` (it keeps running: a late

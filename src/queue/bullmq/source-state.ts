@@ -69,7 +69,7 @@ export function createRedisSourceState(client: Redis, prefix: string): RedisSour
   return { get, save, recordPoll, status };
 }
 
-function parseSeen(text: string | null): number[] {
+export function parseSeen(text: string | null): number[] {
   if (!text) return [];
   const parsed = JSON.parse(text) as unknown;
   return Array.isArray(parsed) ? parsed.filter((n): n is number => typeof n === 'number') : [];

@@ -32,6 +32,10 @@ export class Backlog {
     this.counts.set(sink, (this.counts.get(sink) ?? 0) + n);
   }
 
+  of(sink: string): number {
+    return this.counts.get(sink) ?? 0;
+  }
+
   max(): number {
     return Math.max(0, ...this.counts.values());
   }

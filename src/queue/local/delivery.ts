@@ -250,6 +250,9 @@ export class LocalDelivery implements DeliveryRunner {
     // A sink that takes batches gets up to BATCH changes per call, one call counting as one
     // delivery in flight; others get one change per call.
     const perCall = lane.runtime.sink.deliverBatch ? BATCH : 1;
+    // A failing sink takes one probe at a time (sinks/probe-gate.ts): rather than hand it rows it
+    // would turn away, each costing a store write and a fresh look at the queue, the lane waits.
+    const gateWait = (): number => lane.runtime.readyInMs?.() ?? 0;
 
     while (!this.stopping || lane.inflight.size > 0) {
       let wait = IDLE_RECHECK_MS;
@@ -276,7 +279,7 @@ export class LocalDelivery implements DeliveryRunner {
             // The producer commits on this same thread: nothing was added between the read and now.
             if (rows.length < want) lane.spilled = false;
           }
-          while (lane.calls < this.queue.concurrency) {
+          while (lane.calls < this.queue.concurrency && gateWait() === 0) {
             const rows = strict
               ? lane.inflight.size === 0
                 ? this.takePrefix(lane, perCall)
@@ -286,7 +289,7 @@ export class LocalDelivery implements DeliveryRunner {
             this.dispatch(lane, rows);
           }
         } else {
-          if (lane.calls < this.queue.concurrency) {
+          if (lane.calls < this.queue.concurrency && gateWait() === 0) {
             if (lane.buffer.length === 0 || lane.failedSinceFetch) {
               lane.failedSinceFetch = false;
               const now = Date.now();
@@ -300,12 +303,15 @@ export class LocalDelivery implements DeliveryRunner {
                     ),
                   ) as Row[]);
             }
-            while (lane.buffer.length && lane.calls < this.queue.concurrency)
+            while (lane.buffer.length && lane.calls < this.queue.concurrency && gateWait() === 0)
               this.dispatch(lane, lane.buffer.splice(0, perCall));
           }
           const due = nextDue.get(sink, Date.now()) as { t: number | null };
           if (due.t) wait = Math.min(IDLE_RECHECK_MS, Math.max(5, due.t - Date.now()));
         }
+        // A probe's end wakes the lane (dispatch); this is for the next probe's time.
+        const gate = gateWait();
+        if (gate > 0) wait = Math.min(wait, Math.max(5, gate));
       }
       // Woken early by new rows (producer) or by a delivery finishing.
       await this.idle(this.stopping ? 50 : wait);

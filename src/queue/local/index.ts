@@ -11,6 +11,8 @@ import { LocalAdmin } from './admin.js';
 import { Backlog } from './backlog.js';
 import { LocalDelivery } from './delivery.js';
 import { LocalProducer } from './producer.js';
+import { producerSinks, reportParked } from '../sink-positions.js';
+import { localPositionsAdmin } from './positions-admin.js';
 
 const RECOUNT_MS = 10_000;
 const RUN_BUSY_TIMEOUT_MS = 100;
@@ -26,8 +28,10 @@ export const createLocalDriver: DriverFactory = async ({ config, mode, sinks, ev
   const cursors = new CursorStore(db);
   const names = config.sinks.map((s) => s.name);
   const ownership = new StoreOwnership(db, { ttlMs: config.queue.lease_ttl_ms });
+  const positions = localPositionsAdmin(db, cursors, producerSinks(config));
   const parts: QueueDriver = {
     admin: new LocalAdmin(db, names),
+    positions,
     sourceState: sqliteSourceState(cursors),
     leases: storeLeases(ownership, db, cursors, config.queue.lease_ttl_ms),
     checks: { store: () => db.open },
@@ -41,14 +45,15 @@ export const createLocalDriver: DriverFactory = async ({ config, mode, sinks, ev
   if (mode === 'run') {
     const backlog = new Backlog(db, names);
     const delivery = new LocalDelivery(db, sinks, config.queue, events, logger, backlog, ownership);
-    const filters = config.sinks.map((s) => ({ name: s.name, filter: s.filter }));
     parts.producer = new LocalProducer(
       db,
       cursors,
-      filters,
+      producerSinks(config),
+      positions,
       backlog,
       (slices) => delivery.queued(slices),
       (sink, changes) => delivery.takes(sink, changes),
+      (source, sink) => reportParked(events, logger, source, sink),
     );
     parts.delivery = delivery;
     // A standby (another `run` owns the store) is not doing its job: /readyz says so.

@@ -1,11 +1,20 @@
-import type { SinkFilter } from '../../config/types.js';
 import type { Change } from '../../core/change.js';
 import { changeJson } from '../../core/change-json.js';
-import { passesFilter } from '../../sinks/filter.js';
+import { passesFilter, wantsSource } from '../../sinks/filter.js';
 import type { CursorStore } from '../../store/cursors.js';
 import type { Db } from '../../store/store.js';
-import type { ChangeQueue, PageCommit } from '../queue.js';
+import type {
+  CatchUpCommit,
+  CatchUpResult,
+  ChangeQueue,
+  FeedPosition,
+  LaggingSink,
+  PageCommit,
+  SinkPositionsAdmin,
+} from '../queue.js';
 import type { Backlog } from './backlog.js';
+import { LaggingSinkRows } from './lagging-sinks.js';
+import type { ProducerSink } from '../sink-positions.js';
 import type { LoggedPage, QueuedRow } from './rows.js';
 
 /** Rows a page queued, per sink name, in id order: handed to delivery from memory. */
@@ -35,14 +44,19 @@ export class LocalProducer implements ChangeQueue {
   private readonly lastId;
   private readonly reserveIds;
   private readonly commitTx;
+  private readonly catchUpTx;
+  private readonly registerTx;
+  private readonly lagging;
 
   constructor(
     db: Db,
-    cursors: CursorStore,
-    private readonly sinks: { name: string; filter: SinkFilter }[],
+    private readonly cursors: CursorStore,
+    private readonly sinks: ProducerSink[],
+    private readonly positions: SinkPositionsAdmin,
     private readonly backlog: Backlog,
     private readonly onQueued: (slices: QueuedSlices) => void,
     private readonly takes: TakesPage = () => undefined,
+    private readonly onParked: (source: string, sink: string) => void = () => undefined,
   ) {
     this.insert = db.prepare(
       `INSERT OR IGNORE INTO deliveries (sink, key, subject_key, body) VALUES (?, ?, ?, ?)`,
@@ -50,53 +64,123 @@ export class LocalProducer implements ChangeQueue {
     this.insertPage = db.prepare('INSERT INTO page_log (id, sink, n, rows) VALUES (?, ?, ?, ?)');
     this.lastId = db.prepare(`SELECT seq FROM sqlite_sequence WHERE name = 'deliveries'`).pluck();
     this.reserveIds = reserveStatement(db);
-    this.commitTx = db.transaction((commit: PageCommit): QueuedSlices => {
+    this.lagging = new LaggingSinkRows(db);
+    this.commitTx = db.transaction((commit: PageCommit): { slices: QueuedSlices; parked: string[] } => {
       const slices: QueuedSlices = new Map();
+      const parked: string[] = [];
+      const lagging = new Map(this.lagging.list(commit.source).map((l) => [l.sink, l]));
+      const from = commit.from ?? this.storedPosition(commit.source);
       // Sink by sink, so one sink's rows of a page get consecutive ids (acknowledged as a range).
       for (const sink of this.sinks) {
         const wanted = commit.changes.filter((change) => passesFilter(sink.filter, change));
-        const taken = wanted.length ? this.takes(sink.name, wanted) : undefined;
-        if (taken) {
-          // Read here, not once per commit: a row-by-row sink earlier in this loop, or `dlq
-          // retry` from another process, may have taken ids; and reserved at once, so that a
-          // row-by-row sink later in this loop cannot take these.
-          const firstId = ((this.lastId.get() as number | undefined) ?? 0) + 1;
-          const rows = logPage(sink.name, taken, firstId);
-          if (rows.length) {
-            this.insertPage.run(firstId, sink.name, rows.length, `[${rows.map((r) => r.body).join(',')}]`);
-            this.reserveIds(firstId + rows.length - 1);
-          }
-          slices.set(sink.name, rows);
+        if (!wanted.length) {
+          slices.set(sink.name, []);
           continue;
         }
-        const rows: QueuedRow[] = [];
-        for (const change of wanted) {
-          const body = changeJson(change);
-          const subjectKey = change.subject_url ?? change.key;
-          const result = this.insert.run(sink.name, change.key, subjectKey, body);
-          // Ignored: the key is already queued for this sink (a re-read after `cursor set`).
-          if (result.changes === 0) continue;
-          const id = Number(result.lastInsertRowid);
-          rows.push({
-            id,
-            key: change.key,
-            subject_key: subjectKey,
-            body,
-            attempts: 0,
-            available_at: 0,
-            change,
-          });
+        const lag = lagging.get(sink.name);
+        if (!lag && this.backlog.of(sink.name) < (sink.maxBacklog ?? Infinity)) {
+          slices.set(sink.name, this.queueFor(sink.name, wanted));
+          continue;
         }
-        slices.set(sink.name, rows);
+        // Parked (now, or already): the page is not queued for it; its catch-up reads it again.
+        const kept = lag ? lag.pendingIds : 0;
+        if (!lag) {
+          this.lagging.leave(commit.source, sink.name, from, 'parked', Date.now());
+          parked.push(sink.name);
+        }
+        this.lagging.pass(
+          commit.source,
+          sink.name,
+          wanted.map((c) => c.event_id),
+          kept,
+        );
+        slices.set(sink.name, []);
       }
       cursors.save(commit.source, commit.cursor, commit.seenAbove);
-      return slices;
+      return { slices, parked };
     });
+    this.catchUpTx = db.transaction((commit: CatchUpCommit): { slices: QueuedSlices; lost: number[] } => {
+      const sink = this.sinks.find((s) => s.name === commit.sink);
+      const wanted = sink ? commit.changes.filter((change) => passesFilter(sink.filter, change)) : [];
+      const lost = this.lagging.advance(commit);
+      const slices: QueuedSlices = new Map();
+      if (wanted.length) slices.set(commit.sink, this.queueFor(commit.sink, wanted));
+      return { slices, lost };
+    });
+    this.registerTx = db.transaction((source: string, service: string, at: FeedPosition | undefined) => {
+      const added = this.lagging.register(
+        source,
+        this.sinks.filter((s) => wantsSource(s.filter, source, service)).map((s) => s.name),
+      );
+      const backfilled: string[] = [];
+      for (const name of added) {
+        const sink = this.sinks.find((s) => s.name === name)!;
+        if (at === undefined || sink.startFrom === undefined) continue;
+        const start = sink.startFrom === 'earliest' ? 0 : sink.startFrom;
+        if (start >= at.cursor) continue;
+        this.lagging.leave(source, name, { cursor: start, seenAbove: [] }, 'backfill', 0);
+        backfilled.push(name);
+      }
+      return backfilled;
+    });
+  }
+
+  /** The rows of `changes` for one sink: a logged page its delivery takes into memory, or rows. */
+  private queueFor(sink: string, wanted: Change[]): QueuedRow[] {
+    const taken = this.takes(sink, wanted);
+    if (taken) {
+      // Read here, not once per commit: a row-by-row sink earlier in this loop, or `dlq
+      // retry` from another process, may have taken ids; and reserved at once, so that a
+      // row-by-row sink later in this loop cannot take these.
+      const firstId = ((this.lastId.get() as number | undefined) ?? 0) + 1;
+      const rows = logPage(sink, taken, firstId);
+      if (rows.length) {
+        this.insertPage.run(firstId, sink, rows.length, `[${rows.map((r) => r.body).join(',')}]`);
+        this.reserveIds(firstId + rows.length - 1);
+      }
+      return rows;
+    }
+    const rows: QueuedRow[] = [];
+    for (const change of wanted) {
+      const body = changeJson(change);
+      const subjectKey = change.subject_url ?? change.key;
+      const result = this.insert.run(sink, change.key, subjectKey, body);
+      // Ignored: the key is already queued for this sink (a re-read after `cursor set`).
+      if (result.changes === 0) continue;
+      const id = Number(result.lastInsertRowid);
+      rows.push({ id, key: change.key, subject_key: subjectKey, body, attempts: 0, available_at: 0, change });
+    }
+    return rows;
+  }
+
+  private storedPosition(source: string): FeedPosition {
+    const stored = this.cursors.get(source);
+    return stored ? { cursor: stored.eventId, seenAbove: stored.seenAbove } : { cursor: 0, seenAbove: [] };
   }
 
   async commitPage(commit: PageCommit): Promise<Record<string, number>> {
     // IMMEDIATE: the ids are read before the first write; no other writer may take them meanwhile.
-    const slices = this.commitTx.immediate(commit);
+    const { slices, parked } = this.commitTx.immediate(commit);
+    for (const sink of parked) this.onParked(commit.source, sink);
+    return this.handOver(slices);
+  }
+
+  async commitCatchUp(commit: CatchUpCommit): Promise<CatchUpResult> {
+    const { slices, lost } = this.catchUpTx.immediate(commit);
+    const counts = this.handOver(slices);
+    return { queued: counts[commit.sink] ?? 0, lost };
+  }
+
+  async laggingSinks(source: string): Promise<LaggingSink[]> {
+    // Backlogs counted now, not the in-memory figures: a catch-up waits for the sink to have drained.
+    return (await this.positions.lagging()).filter((l) => l.source === source);
+  }
+
+  async registerSinks(source: string, service: string, at: FeedPosition | undefined): Promise<string[]> {
+    return this.registerTx.immediate(source, service, at);
+  }
+
+  private handOver(slices: QueuedSlices): Record<string, number> {
     const counts: Record<string, number> = {};
     for (const [sink, rows] of slices) {
       counts[sink] = rows.length;
