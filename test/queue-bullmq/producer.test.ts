@@ -1,5 +1,6 @@
 import { Redis } from 'ioredis';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { Job } from 'bullmq';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { PipelineEvents } from '../../src/core/events.js';
 import { createBullmqDelivery } from '../../src/queue/bullmq/delivery.js';
 import { createBullmqProducer, type BullmqProducer } from '../../src/queue/bullmq/producer.js';
@@ -317,5 +318,41 @@ describe('bullmq producer', () => {
     // MULTI does not roll back the add that did succeed, but the cursor script refuses to move.
     expect(await cursorIn(config)).toBeNull();
     expect(await commitStats(config)).toEqual({});
+  });
+});
+
+describe('bullmq producer: a lease that runs out in the middle of a commit', () => {
+  it('lets none of the page in (the lease key is WATCHed: its expiry aborts EXEC), and says the lease expired', async () => {
+    const config = queueConfig(redis.url);
+    const tokenKey = `{${config.prefix}}:lease-token:scheduling`;
+    const leaseKey = `{${config.prefix}}:lease:scheduling`;
+    await inspector.set(tokenKey, '7');
+    await inspector.set(leaseKey, '7 me', 'PX', 400);
+    const fence = { source: 'scheduling', tokenKey, leaseKey, token: 7, value: '7 me' };
+    const producer = createBullmqProducer({
+      queue: config,
+      sinks: [{ name: 'file', filter: ANY }],
+      logger: silentLogger,
+      leases: { fence: () => fence, markLost: () => undefined },
+    });
+    cleanups.push(() => producer.close());
+    // The page's job adds are queued on the MULTI only after this delay: the lease, valid when the
+    // commit checked it, has expired by EXEC (as when Redis freezes mid-commit).
+    const addJob = Job.prototype.addJob;
+    const spy = vi.spyOn(Job.prototype, 'addJob').mockImplementation(async function (this: Job, ...args) {
+      await new Promise((r) => setTimeout(r, 600));
+      return addJob.apply(this, args as Parameters<typeof addJob>);
+    });
+    cleanups.push(async () => spy.mockRestore());
+    await expect(
+      producer.commitPage({
+        source: 'scheduling',
+        changes: [makeChange(1), makeChange(2)],
+        cursor: 2,
+        seenAbove: [],
+      }),
+    ).rejects.toThrow(/lease/);
+    expect(await sliceJobs(config, 'file', ['wait', 'active', 'completed'])).toHaveLength(0);
+    expect(await cursorIn(config)).toBeNull();
   });
 });

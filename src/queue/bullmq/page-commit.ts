@@ -143,7 +143,10 @@ export class LeaseFencedError extends FeedsyncError {
   }
 }
 
-/** The sinks off the shared stream are not those the page was planned for (a replay meanwhile): nothing was written. */
+/**
+ * The commit raced a change it watches that does not fence it out (a renewal of its own lease, or
+ * the sinks off the shared stream moved: a replay): nothing was written; plan the page again.
+ */
 export class LaggingChanged extends FeedsyncError {
   constructor(
     source: string,
@@ -204,7 +207,11 @@ export function createPageCommitter(opts: {
     // Both watch the known-sinks hash, which every park, backfill and replay bumps: a sink moved
     // after the plan was made aborts the EXEC (a shared page planned it as live, or a catch-up
     // page was read for its previous position).
-    const watched = [...(fence ? [fence.tokenKey] : []), knownKey];
+    // And the lease key itself: since Redis 6.0.9 a watched key that EXPIRES aborts the EXEC, so a
+    // lease that runs out between this check and EXEC (Redis frozen, a stalled commit) cannot let
+    // the page's jobs in while the cursor script refuses the cursor (orphan jobs delivered twice
+    // once the next holder re-reads a different page). A renewal meanwhile aborts it too: retried.
+    const watched = [...(fence ? [fence.tokenKey, fence.leaseKey] : []), knownKey];
     const [, fenceValues, [cursor, seen, rewinds], generation, lagging] = await Promise.all([
       connection.watch(...watched),
       fence ? connection.mget(fence.tokenKey, fence.leaseKey) : undefined,
@@ -332,10 +339,12 @@ export function createPageCommitter(opts: {
         );
       const results = (await tx.exec()) as [Error | null, unknown][] | null;
       if (results === null) {
-        // Either watched key moved: the fence (another replica) or the known sinks (a replay).
-        const token = fence ? await connection.get(fence.tokenKey) : undefined;
+        // A watched key moved: the fence (another replica, or the lease expired), a renewal of our
+        // own lease, or the known sinks (a replay): nothing was written.
+        const [token, lease] = fence ? await connection.mget(fence.tokenKey, fence.leaseKey) : [];
         if (fence && token !== String(fence.token))
           throw new LeaseFencedError(plan.source, 'another replica took the lease meanwhile');
+        if (fence && lease !== fence.value) throw new LeaseFencedError(plan.source, 'the lease expired');
         if (catchUp) throw new CatchUpRefused(plan.source, catchUp.sink, catchUp.generation, undefined);
         throw new LaggingChanged(plan.source, await connection.hkeys(laggingKey(prefix, plan.source)));
       }
