@@ -105,7 +105,7 @@ const queueSchema = z
     backoff_ms: durationMs.default(1000),
     max_backoff_ms: durationMs.default(300000),
     concurrency: atLeastOne.default(4),
-    max_backlog: atLeastOne.default(100000),
+    max_backlog: atLeastOne.optional(),
     retain_completed_ms: durationMs.default(86400000),
     retain_completed_count: z.number().int().nonnegative().default(10000),
     shards: atLeastOne.default(8),
@@ -128,6 +128,13 @@ const queueSchema = z
       });
     }
   })
+  // Each sink's bound before it is parked: a parked sink is re-read from the feed later, so the
+  // bound only needs to cover ordinary outages. Local disk is cheap (1M changes ≈ 1–2 GB of store);
+  // Redis memory is not (100k changes ≈ 100–200 MB).
+  .transform((queue) => ({
+    ...queue,
+    max_backlog: queue.max_backlog ?? (queue.driver === 'local' ? 1_000_000 : 100_000),
+  }))
   .prefault({});
 
 export const configSchema = z

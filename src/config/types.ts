@@ -57,7 +57,10 @@ export interface QueueConfig {
   backoff_ms: number;
   max_backoff_ms: number;
   concurrency: number;
-  /** Pollers pause while any sink has more than this many undelivered changes. */
+  /**
+   * A sink with this many undelivered changes is parked (sinks[].max_backlog overrides it); default
+   * 1,000,000 with the local queue, 100,000 with bullmq.
+   */
   max_backlog: number;
   /** bullmq: completed jobs kept this long so a re-add after a crash is a no-op. */
   retain_completed_ms: number;

@@ -22,7 +22,7 @@ describe('defaults', () => {
       backoff_ms: 1000,
       max_backoff_ms: 300000,
       concurrency: 4,
-      max_backlog: 100000,
+      max_backlog: 1_000_000,
       retain_completed_ms: 86400000,
       retain_completed_count: 10000,
       shards: 8,
@@ -30,6 +30,11 @@ describe('defaults', () => {
       allow_volatile_redis: false,
       delivery_timeout_ms: 60000,
     });
+    // Redis memory is dearer than local disk: a smaller default bound per sink with bullmq.
+    expect(
+      validate({ ...raw, queue: { driver: 'bullmq', redis_url: 'redis://127.0.0.1:6379' } }).queue
+        .max_backlog,
+    ).toBe(100_000);
     expect(config.sources[0]).toEqual({
       name: 'sched',
       service: 'scheduling',
@@ -118,6 +123,30 @@ describe('start_from', () => {
       expect(err.message).toContain('must be latest, earliest or a non-negative integer event id');
     },
   );
+});
+
+describe('per-sink position keys', () => {
+  it('takes a sink start_from (earliest or an id) and max_backlog; a sink has neither by default', () => {
+    const raw = minimalRaw();
+    expect(validate(raw).sinks[0]).not.toHaveProperty('start_from');
+    raw.sinks[0].start_from = '41230';
+    raw.sinks[0].max_backlog = 300;
+    expect(validate(raw).sinks[0]).toMatchObject({ start_from: 41230, max_backlog: 300 });
+    raw.sinks[0].start_from = 'earliest';
+    expect(validate(raw).sinks[0]).toMatchObject({ start_from: 'earliest' });
+  });
+
+  it.each([
+    ['start_from', 'latest', 'must be earliest or a non-negative integer event id'],
+    ['start_from', -3, 'must be earliest or a non-negative integer event id'],
+    ['max_backlog', 0, ''],
+  ])('rejects sinks[0].%s = %j naming the key', (key, value, message) => {
+    const raw = minimalRaw();
+    raw.sinks[0][key] = value;
+    const err = configError(() => validate(raw));
+    expect(err.path).toBe(`sinks[0].${key}`);
+    expect(err.message).toContain(message);
+  });
 });
 
 describe('rejections name the key path', () => {
