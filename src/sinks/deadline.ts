@@ -1,22 +1,26 @@
 // A sink call that never settles (a module sink awaiting a promise nobody resolves, a client with
 // no timeout of its own) would hold its delivery slot — a lane, a shard — forever. Every call gets
 // `queue.delivery_timeout_ms`; past it the delivery counts as failed (retried later, an attempt
-// spent) and the slot is free. The call itself cannot be cancelled: if it completes after all, the
-// change may reach the sink twice (the retry), which is said in a log line.
+// spent) and the slot is free. The call itself cannot be cancelled from outside: its
+// `context.signal` aborts at the deadline, and a sink that honours it (stops its request, rolls
+// back) never overlaps the retry; one that completes after all may deliver the change twice, and
+// the retry may run while it still works on the subject — said in a log line.
 import type { Logger } from 'pino';
 import type { Change } from '../core/change.js';
 import { errorMessage, RetryLaterError } from '../core/errors.js';
 import type { DeliveryContext, Sink } from './sink.js';
 
 export function withDeliveryDeadline(sink: Sink, name: string, timeoutMs: number, logger: Logger): Sink {
-  const bounded = <T>(start: () => Promise<T>, what: string): Promise<T> => {
+  const bounded = <T>(start: (signal: AbortSignal) => Promise<T>, what: string): Promise<T> => {
+    const abort = new AbortController();
     // A sink that throws synchronously or returns a plain value still yields one promise.
-    const call = (async () => start())();
+    const call = (async () => start(abort.signal))();
     let timer: NodeJS.Timeout | undefined;
     let late = false;
     const deadline = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
         late = true;
+        abort.abort(new Error(`queue.delivery_timeout_ms (${timeoutMs} ms) passed`));
         reject(
           new RetryLaterError(
             `sink "${name}": ${what} did not settle within queue.delivery_timeout_ms (${timeoutMs} ms)`,
@@ -43,14 +47,14 @@ export function withDeliveryDeadline(sink: Sink, name: string, timeoutMs: number
   };
   const out: Sink = {
     deliver: (change: Change, context?: DeliveryContext) =>
-      bounded(() => sink.deliver(change, context), `deliver(${change.key})`),
+      bounded((signal) => sink.deliver(change, { ...context, signal }), `deliver(${change.key})`),
     close: () => sink.close(),
   };
   if (sink.deliverBatch) {
     const batch = sink.deliverBatch.bind(sink);
     out.deliverBatch = (changes: Change[], context?: DeliveryContext) =>
       bounded(
-        () => batch(changes, context),
+        (signal) => batch(changes, { ...context, signal }),
         `deliverBatch(${changes.length} changes from ${changes[0]?.key ?? '-'})`,
       );
   }

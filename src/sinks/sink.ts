@@ -41,6 +41,11 @@ export interface DeliveryFence {
 
 export interface DeliveryContext {
   fence?: DeliveryFence;
+  /**
+   * Aborted when the call passes `queue.delivery_timeout_ms`: it has then failed and will be
+   * retried, so stop (abort the request, roll back) instead of finishing it late.
+   */
+  signal?: AbortSignal;
 }
 
 export interface SinkContext {

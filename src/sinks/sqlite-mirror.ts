@@ -63,11 +63,13 @@ export async function openSqliteSink(
   let db: Database.Database;
   try {
     mkdirSync(dirname(path), { recursive: true });
-    db = new Database(path);
-    db.pragma('journal_mode = WAL');
+    // The busy timeout first: two processes opening one mirror at once (a `work` per replica)
+    // wait for each other's migration instead of failing with "database is locked".
+    db = new Database(path, { timeout: Math.max(0, Math.floor(options.busyTimeoutMs ?? 5000)) });
+    // Switching to WAL takes an exclusive lock without waiting; once a file is WAL it stays WAL.
+    if (db.pragma('journal_mode', { simple: true }) !== 'wal') db.pragma('journal_mode = WAL');
     // FULL: deliver() resolving means the row survives a power loss, not just a process crash.
     db.pragma('synchronous = FULL');
-    db.pragma(`busy_timeout = ${Math.max(0, Math.floor(options.busyTimeoutMs ?? 5000))}`);
     migrateMirror(db);
   } catch (err) {
     throw new FeedsyncError(

@@ -30,6 +30,33 @@ describe('delivery deadline', () => {
     expect(Date.now() - started).toBeLessThan(1000);
   });
 
+  it("aborts the call's context.signal at the deadline, so a sink that honours it stops instead of finishing late", async () => {
+    let aborted: unknown;
+    let finishedLate = false;
+    const cooperative: Sink = {
+      deliver: (_change, context) =>
+        new Promise<void>((resolve, reject) => {
+          const timer = setTimeout(() => {
+            finishedLate = true;
+            resolve();
+          }, 300);
+          context?.signal?.addEventListener('abort', () => {
+            clearTimeout(timer);
+            aborted = context.signal?.reason;
+            reject(context.signal?.reason as Error);
+          });
+        }),
+      close: async () => undefined,
+    };
+    const { logger, lines } = recordingLogger();
+    const sink = withDeliveryDeadline(cooperative, 'mod', 50, logger);
+    await expect(sink.deliver(makeChange(), { fence: undefined })).rejects.toBeInstanceOf(RetryLaterError);
+    await new Promise((r) => setTimeout(r, 400));
+    expect(String((aborted as Error).message)).toMatch(/delivery_timeout_ms \(50 ms\) passed/);
+    expect(finishedLate).toBe(false);
+    expect(lines.filter((l) => /finished after its deadline/.test(String(l.msg)))).toEqual([]);
+  });
+
   it('bounds deliverBatch too, and says so when a timed-out call completes after all', async () => {
     let finish!: () => void;
     const late: Sink = {

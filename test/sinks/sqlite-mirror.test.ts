@@ -246,3 +246,38 @@ describe('sqlite mirror sink', () => {
     expect(row(change.subject_url!)).toMatchObject({ last_event_id: 90 });
   });
 });
+
+describe('sqlite mirror opened while another process holds the file', () => {
+  it('waits for the other process (busy timeout) instead of failing with "database is locked"', async () => {
+    const { spawn } = await import('node:child_process');
+    const dir = await mkdtemp(join(tmpdir(), 'feedsync-mirror-busy-'));
+    const path = join(dir, 'mirror.db');
+    // Another process (a second `work` opening the same mirror) holds an exclusive lock for a while.
+    const holder = spawn(
+      process.execPath,
+      [
+        '-e',
+        `const D = require('better-sqlite3'); const db = new D(${JSON.stringify(path)});
+         db.pragma('journal_mode = WAL'); db.exec('CREATE TABLE IF NOT EXISTS x (a)'); db.exec('BEGIN EXCLUSIVE'); db.exec('INSERT INTO x VALUES (1)');
+         process.stdout.write('locked\\n'); setTimeout(() => { db.exec('COMMIT'); db.close(); }, 700);`,
+      ],
+      { cwd: process.cwd(), stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    await new Promise<void>((resolve) => holder.stdout.once('data', () => resolve()));
+    const started = Date.now();
+    const sink = await openSqliteSink(
+      {
+        name: 'mirror',
+        type: 'sqlite',
+        path,
+        filter: { sources: [], services: [], event_types: [], resource_types: [] },
+      },
+      testContext('mirror', dir),
+    );
+    expect(Date.now() - started).toBeGreaterThan(300);
+    await sink.deliver(makeChange());
+    await sink.close();
+    await new Promise((r) => holder.once('exit', r));
+    await rm(dir, { recursive: true, force: true });
+  });
+});

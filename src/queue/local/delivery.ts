@@ -199,10 +199,22 @@ export class LocalDelivery implements DeliveryRunner {
    * standby and reads or moves no row until then).
    */
   async start(): Promise<void> {
-    this.started = this.ownership.acquire().then((lease) => {
+    this.started = this.ownership.acquire().then(async (lease) => {
       if (!lease || this.stopping) return;
-      // A crash leaves pages in the log: their rows join `deliveries`, under the ids they had.
-      unlogLeftovers(this.db);
+      // A crash leaves pages in the log: their rows join `deliveries`, under the ids they had. An
+      // ops command holding the write lock at this moment is waited out, not a reason to fail.
+      for (let attempt = 0; ; attempt++) {
+        try {
+          unlogLeftovers(this.db);
+          break;
+        } catch (err) {
+          if ((err as { code?: string }).code !== 'SQLITE_BUSY' || this.stopping) throw err;
+          if (attempt === 0)
+            this.logger.info('the store is busy (another process writes); waiting to start delivering');
+          await new Promise((r) => setTimeout(r, Math.min(1000, 20 * 2 ** attempt)));
+        }
+      }
+      if (this.stopping) return;
       for (const lane of this.lanes.values()) this.loops.push(this.loop(lane));
     });
     this.started.catch((err: unknown) =>
