@@ -6,6 +6,7 @@ import { errorMessage } from './core/errors.js';
 import { PipelineEvents } from './core/events.js';
 import { createLiveness, createReadiness } from './observability/health.js';
 import { createMetrics } from './observability/metrics.js';
+import { readSinkPositions, sinkPositionPairs } from './observability/sink-positions-view.js';
 import { startHttpServer } from './observability/server.js';
 import { runPoller } from './pipeline/poller.js';
 import { modeDelivers, modePolls, type HeldLease, type QueueDriver } from './queue/driver.js';
@@ -55,7 +56,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     const sinks = modeDelivers(mode) ? await openSinks(opts, events, release) : [];
     const driver = await openQueueDriver({ config, mode, sinks, events, logger });
     release.add('queue driver', () => driver.close());
-    const { admin, delivery } = driver;
+    const { admin, delivery, sourceState, positions } = driver;
 
     const metrics = createMetrics({
       events,
@@ -65,6 +66,12 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
       queueCounts: () => admin.counts(),
       leading: () => [...leading],
       sinkHealth: () => sinkHealth(sinks),
+      // Every mode: the positions live in the store or Redis, not in this process.
+      sinkPositions: sourceState
+        ? async (counts) =>
+            (await readSinkPositions(config, { sourceState, admin, positions }, { counts })).views
+        : undefined,
+      sinkPairs: sinkPositionPairs(config),
       logger,
     });
     release.add('metrics', () => metrics.close());

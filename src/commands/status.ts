@@ -1,4 +1,6 @@
 import type { FeedsyncConfig } from '../config/types.js';
+import type { SinkState } from '../queue/sink-positions.js';
+import { readSinkPositions } from '../observability/sink-positions-view.js';
 import { openOps, type OpsHandles } from './admin.js';
 import { untilInterrupted } from './interrupt.js';
 
@@ -24,6 +26,34 @@ export interface StatusReport {
     delayed: number;
     retrying: number;
     dead: number;
+  }[];
+  /**
+   * Per (source, sink) the sink's filter lets through: where the sink is in the source's feed
+   * (docs/sink-positions.md). live / failing: on the source's shared stream (failing: changes
+   * waiting for a retry); parked / catching_up: off it, on its own position.
+   */
+  positions: {
+    source: string;
+    sink: string;
+    state: SinkState;
+    /** The event id the sink has reached (on the shared stream: the source's cursor), or null. */
+    position: number | null;
+    /** About how many events it is behind: ids between its position and the cursor, plus its queued changes. */
+    lag_events: number | null;
+    /** Off the shared stream: age of the newest event behind its position, in seconds; else null. */
+    lag_seconds: number | null;
+    /** Its undelivered queued changes (all sources). */
+    queued: number;
+    /** Why it is off the shared stream (parked, backfill, replay), else null. */
+    reason: string | null;
+    /** When it left the shared stream (or the replay was asked for), else null. */
+    since: string | null;
+    /** Ids passed while it was parked that its catch-up has not seen again yet. */
+    pending_ids: number;
+    /** More ids were passed than are kept: the lost-upstream check is partial. */
+    ids_truncated: boolean;
+    /** Events passed while it was parked that the feed no longer listed when it caught up. */
+    lost_upstream: { count: number; ids: number[]; at: string | null } | null;
   }[];
 }
 
@@ -74,6 +104,8 @@ async function readStatus(config: FeedsyncConfig, ops: OpsHandles): Promise<Stat
   // Who polls what: the holder of each source's lease (with standby pollers, one replica each).
   const pollers = await Promise.all(sources.map((s) => ops.leases.holder(s.source)));
   const sinks = await ops.admin.counts();
+  const now = Date.now();
+  const { views, lost } = await readSinkPositions(config, ops, { statuses: sources, counts: sinks, now });
   return {
     sources: sources.map((s, i) => ({
       source: s.source,
@@ -93,6 +125,23 @@ async function readStatus(config: FeedsyncConfig, ops: OpsHandles): Promise<Stat
       retrying: c.failed,
       dead: c.dead,
     })),
+    positions: views.map((v) => {
+      const l = lost.find((x) => x.source === v.source && x.sink === v.sink);
+      return {
+        source: v.source,
+        sink: v.sink,
+        state: v.state,
+        position: v.position,
+        lag_events: v.lagEvents,
+        lag_seconds: v.lagSeconds === null ? null : Math.round(v.lagSeconds * 1000) / 1000,
+        queued: v.queued,
+        reason: v.reason,
+        since: iso(v.since),
+        pending_ids: v.pendingIds,
+        ids_truncated: v.idsTruncated,
+        lost_upstream: l ? { count: l.count, ids: l.ids, at: iso(l.at) } : null,
+      };
+    }),
   };
 }
 
@@ -109,7 +158,53 @@ function renderStatus(report: StatusReport): string {
     lines.push(
       `${r.sink.padEnd(17)} ${String(r.queued).padEnd(8)} ${String(r.in_flight).padEnd(10)} ${String(r.delayed).padEnd(8)} ${String(r.retrying).padEnd(9)} ${r.dead}`,
     );
+  if (report.positions.length === 0) return lines.join('\n');
+  lines.push(
+    '',
+    'SINK              SOURCE            STATE        POSITION      LAG                     QUEUED',
+  );
+  for (const p of report.positions)
+    lines.push(
+      `${p.sink.padEnd(17)} ${p.source.padEnd(17)} ${p.state.padEnd(12)} ${String(p.position ?? '-').padEnd(13)} ${lagText(p).padEnd(23)} ${p.queued}`,
+    );
+  for (const p of report.positions) {
+    if (p.reason)
+      lines.push(
+        `  ${p.sink} from ${p.source}: off the shared stream since ${p.since ?? '-'} (${p.reason})` +
+          (p.pending_ids > 0
+            ? `; ${p.pending_ids} ids passed while parked, not seen again yet` +
+              (p.ids_truncated ? ' (more than are kept: the lost-upstream check is partial)' : '')
+            : ''),
+      );
+    const lost = p.lost_upstream;
+    if (lost)
+      lines.push(
+        `  ${p.sink} from ${p.source}: ${lost.count} event${lost.count === 1 ? '' : 's'} lost upstream ` +
+          `(passed while parked, no longer in the feed; last at ${lost.at ?? '-'}, ` +
+          `first id${lost.ids.length === 1 ? '' : 's'} ${firstIds(lost.ids)})`,
+      );
+  }
   return lines.join('\n');
+}
+
+/** `120 events, 3m05s`: events always, seconds only off the shared stream. */
+function lagText(p: StatusReport['positions'][number]): string {
+  const events = p.lag_events === null ? '-' : `${p.lag_events} event${p.lag_events === 1 ? '' : 's'}`;
+  return p.lag_seconds === null ? events : `${events}, ${duration(p.lag_seconds)}`;
+}
+
+function duration(seconds: number): string {
+  const s = Math.floor(seconds);
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m${String(s % 60).padStart(2, '0')}s`;
+  const h = Math.floor(s / 3600);
+  return h < 48 ? `${h}h${String(Math.floor((s % 3600) / 60)).padStart(2, '0')}m` : `${Math.floor(h / 24)}d`;
+}
+
+/** The first ids of a loss, at most 10 named. */
+function firstIds(ids: number[]): string {
+  const shown = ids.slice(0, 10).join(', ');
+  return ids.length > 10 ? `${shown}, …` : shown || '-';
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {

@@ -5,8 +5,9 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import { REFUSAL_REASONS } from '../core/errors.js';
 import { FEED_ANOMALY_KINDS, type PipelineEvents } from '../core/events.js';
 import type { SinkJobCounts } from '../queue/queue.js';
+import { SINK_STATES, type SinkPositionView } from '../queue/sink-positions.js';
 import type { Logger } from './logger.js';
-import { createCountsCache } from './queue-counts-cache.js';
+import { createCountsCache, createScrapeCache } from './queue-counts-cache.js';
 
 export interface MetricsOptions {
   events: PipelineEvents;
@@ -21,6 +22,16 @@ export interface MetricsOptions {
   leading?: () => string[];
   /** Each delivering sink's own health (its `healthy()`), asked at scrape time. */
   sinkHealth?: () => Promise<Record<string, boolean>>;
+  /**
+   * Every (source, sink) position (observability/sink-positions-view.ts), asked at scrape time
+   * (cached ~1 s) with the queue counts just read for feedsync_queue_jobs, when there are any.
+   */
+  sinkPositions?: (counts: Record<string, SinkJobCounts> | undefined) => Promise<SinkPositionView[]>;
+  /**
+   * The configured (source, sink) pairs the sink's filter lets through: the parking and catch-up
+   * counters start at 0 for those whose source is in `sources` (this process polls it).
+   */
+  sinkPairs?: { source: string; sink: string }[];
   logger?: Logger;
 }
 
@@ -226,6 +237,98 @@ export function createMetrics(opts: MetricsOptions): Metrics {
     },
   });
 
+  // Per (source, sink) positions (docs/sink-positions.md): read at scrape time like the queue
+  // counts, and with them. Gauges for every (source, sink) pair, in every process that has the
+  // driver; the counters are fed by the source's poller (parking and catch-up happen there).
+  const readPositions = opts.sinkPositions;
+  const positions = readPositions
+    ? createScrapeCache(async () => readPositions(await counts?.get()), {
+        ttlMs: 1000,
+        logger: opts.logger,
+        what: 'sink positions',
+      })
+    : undefined;
+  /** One gauge per (source, sink) with one number of its position view (null: 0). */
+  const positionGauge = (name: string, help: string, value: (v: SinkPositionView) => number | null): void => {
+    new Gauge({
+      name,
+      help,
+      labelNames: ['source', 'sink'] as const,
+      registers,
+      async collect() {
+        const current = await positions?.get();
+        if (!current) return;
+        for (const v of current) this.set({ source: v.source, sink: v.sink }, value(v) ?? 0);
+      },
+    });
+  };
+  positionGauge(
+    'feedsync_sink_position',
+    "The event id each sink has reached in each source's feed (on the shared stream: the source's cursor; 0 before the first one).",
+    (v) => v.position,
+  );
+  positionGauge(
+    'feedsync_sink_lag_events',
+    'About how many events each sink is behind in each source: ids between its position and the cursor, plus its undelivered queued changes.',
+    (v) => v.lagEvents,
+  );
+  positionGauge(
+    'feedsync_sink_lag_seconds',
+    "Age of the newest event behind a sink's own position while it is off the source's shared stream (parked or catching up); 0 on the shared stream.",
+    (v) => v.lagSeconds,
+  );
+  positionGauge(
+    'feedsync_sink_pending_ids',
+    'Ids the shared poll passed while the sink was parked that its catch-up has not seen again yet.',
+    (v) => v.pendingIds,
+  );
+  positionGauge(
+    'feedsync_sink_lost_upstream',
+    'Events passed while the sink was parked that the feed no longer listed when it caught up (stored count, all time).',
+    (v) => v.lostUpstream,
+  );
+  new Gauge({
+    name: 'feedsync_sink_state',
+    help: 'State of each sink in each source: 1 for the current one of live, failing, parked, catching_up, 0 for the others.',
+    labelNames: ['source', 'sink', 'state'] as const,
+    registers,
+    async collect() {
+      const current = await positions?.get();
+      if (!current) return;
+      for (const v of current)
+        for (const state of SINK_STATES)
+          this.set({ source: v.source, sink: v.sink, state }, v.state === state ? 1 : 0);
+    },
+  });
+  const sinkParked = new Counter({
+    name: 'feedsync_sink_parked_total',
+    help: "Times a sink reached its max_backlog and was parked: the source's shared poll went on without it.",
+    labelNames: ['source', 'sink'] as const,
+    registers,
+  });
+  const catchUpChanges = new Counter({
+    name: 'feedsync_catchup_changes_total',
+    help: "Changes queued for a sink by its own catch-up reader of the source's feed (after parking, a backfill or a replay).",
+    labelNames: ['source', 'sink'] as const,
+    registers,
+  });
+  const sinkRejoined = new Counter({
+    name: 'feedsync_sink_rejoined_total',
+    help: "Times a sink caught up and rejoined the source's shared stream.",
+    labelNames: ['source', 'sink'] as const,
+    registers,
+  });
+  // The counters start at 0 where they can count: the pairs of the sources this process polls. The
+  // gauges appear with their first reading instead: a made-up 0 would read as a position, or as a
+  // loss when the stored count follows (FeedsyncSinkLostUpstream alerts on its growth).
+  const polled = new Set(opts.sources);
+  for (const pair of opts.sinkPairs ?? []) {
+    if (!polled.has(pair.source)) continue;
+    sinkParked.inc(pair, 0);
+    catchUpChanges.inc(pair, 0);
+    sinkRejoined.inc(pair, 0);
+  }
+
   // Known label sets start at 0: a counter that appears only on its first increment hides that
   // first increment from rate()/increase(), and alerts on "no ok poll" need the series to exist.
   for (const source of opts.sources) {
@@ -259,6 +362,11 @@ export function createMetrics(opts: MetricsOptions): Metrics {
     events.on('delivery:after-lease-loss', (e) => afterLeaseLoss.inc({ sink: e.sink }, e.changes)),
     events.on('sink:probe', (e) => sinkProbes.inc({ sink: e.sink, outcome: e.ok ? 'ok' : 'failed' })),
     events.on('sink:failing', (e) => sinkFailing.set({ sink: e.sink }, e.failing ? 1 : 0)),
+    events.on('sink:parked', (e) => sinkParked.inc({ source: e.source, sink: e.sink })),
+    events.on('catchup:committed', (e) => {
+      catchUpChanges.inc({ source: e.source, sink: e.sink }, e.queued);
+      if (e.joined) sinkRejoined.inc({ source: e.source, sink: e.sink });
+    }),
     events.on('upstream:refused', (e) => refusals.inc({ source: e.source, reason: e.reason })),
     events.on('upstream:invalid-utf8', (e) => invalidUtf8.inc({ source: e.source })),
     events.on('feed:anomaly', (e) => anomalies.inc({ source: e.source, kind: e.kind })),

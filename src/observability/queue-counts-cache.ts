@@ -1,6 +1,6 @@
-// Queue counts are read at scrape time. Several scrapers (or the two queue gauges of one scrape)
-// must not each hit Redis, so one answer is shared for `ttlMs`; a failing read keeps the last
-// good answer so the gauges stay meaningful while the queue is unreachable.
+// Queue counts (and sink positions) are read at scrape time. Several scrapers (or the several
+// gauges of one scrape) must not each hit Redis, so one answer is shared for `ttlMs`; a failing
+// read keeps the last good answer so the gauges stay meaningful while the queue is unreachable.
 import type { SinkJobCounts } from '../queue/queue.js';
 import { errorMessage } from '../core/errors.js';
 import type { Logger } from './logger.js';
@@ -8,10 +8,12 @@ import { redactUrlUserinfo } from './redact-text.js';
 
 export type CountsProvider = () => Promise<Record<string, SinkJobCounts>>;
 
-export interface CountsCache {
-  /** The latest counts, or the last good ones when reading fails; undefined before any success. */
-  get(): Promise<Record<string, SinkJobCounts> | undefined>;
+export interface ScrapeCache<T> {
+  /** The latest answer, or the last good one when reading fails; undefined before any success. */
+  get(): Promise<T | undefined>;
 }
+
+export type CountsCache = ScrapeCache<Record<string, SinkJobCounts>>;
 
 export function createCountsCache(
   provider: CountsProvider,
@@ -21,22 +23,39 @@ export function createCountsCache(
   timeoutMs = 2000,
   now: () => number = Date.now,
 ): CountsCache {
-  let last: Record<string, SinkJobCounts> | undefined;
+  return createScrapeCache(provider, { ttlMs, logger, timeoutMs, now, what: 'queue counts' });
+}
+
+export interface ScrapeCacheOptions {
+  ttlMs: number;
+  logger?: Logger;
+  /** A hung Redis must not hang the scrape past Prometheus' own timeout (default 2 s). */
+  timeoutMs?: number;
+  now?: () => number;
+  /** What is read, for the log lines ("queue counts", "sink positions"). */
+  what: string;
+}
+
+export function createScrapeCache<T>(provider: () => Promise<T>, opts: ScrapeCacheOptions): ScrapeCache<T> {
+  const { ttlMs, logger, what } = opts;
+  const timeoutMs = opts.timeoutMs ?? 2000;
+  const now = opts.now ?? Date.now;
+  let last: T | undefined;
   let fetchedAt = -Infinity;
-  let inFlight: Promise<Record<string, SinkJobCounts> | undefined> | undefined;
+  let inFlight: Promise<T | undefined> | undefined;
   // Logged once per outage, not once per scrape.
   let failing = false;
 
-  async function refresh(): Promise<Record<string, SinkJobCounts> | undefined> {
+  async function refresh(): Promise<T | undefined> {
     try {
       last = await withTimeout(provider(), timeoutMs);
-      if (failing) logger?.info('queue counts readable again');
+      if (failing) logger?.info(`${what} readable again`);
       failing = false;
     } catch (err) {
       if (!failing) {
         logger?.warn(
           { err: redactUrlUserinfo(errorMessage(err)) },
-          'cannot read queue counts for metrics; keeping the last values',
+          `cannot read ${what} for metrics; keeping the last values`,
         );
       }
       failing = true;

@@ -9,8 +9,9 @@
 import { errorMessage } from '../core/errors.js';
 import type { LaggingSink } from '../queue/queue.js';
 import { catchUpWindow, covers, isBehind } from '../queue/sink-positions.js';
-import type { FeedEvent } from './change.js';
+import type { FeedEvent, SubjectOutcome } from './change.js';
 import { nextCursor, PAGE_SIZE } from './cursor.js';
+import type { Expansion } from './expand.js';
 import { readFeedEvents } from './feed-page.js';
 import {
   buildChanges,
@@ -24,40 +25,55 @@ import {
 
 /** Lost ids named in one log line at most (the metric and `status` count them all). */
 const LOGGED_LOST_IDS = 100;
+/** Subjects fetched for one lagging sink serve the others reading the same events soon after. */
+const OUTCOMES_KEPT = 5_000;
+const OUTCOME_TTL_MS = 60_000;
 
 export class CatchUp {
+  /** Event id → its subject outcome, as a catch-up fetched it (several sinks often lag together). */
+  private readonly outcomes = new Map<number, { outcome: Promise<SubjectOutcome>; at: number }>();
+
   constructor(
     private readonly deps: PollerDeps,
     private readonly state: PageState,
   ) {}
 
   /**
-   * One page for every lagging sink that has room for one; true when any page was read (call again
-   * soon), false when no sink could take one (all drained, or none lagging).
+   * Pages for every lagging sink, as many as its window has room for; true when any page was read
+   * (call again soon), false when no sink could take one (none lagging, or none drained enough).
    */
   async step(shared: Position): Promise<boolean> {
     const { deps } = this;
     const lagging = await deps.queue.laggingSinks(deps.source.name);
+    // Side by side: sinks that lag together read the same pages, and share their subject fetches
+    // (this.outcomes) within the source's subject budget.
+    const worked = await Promise.all(lagging.map((lag) => this.catchUp(lag, shared)));
+    return worked.some(Boolean);
+  }
+
+  /** As many pages for one sink as its window has room for; true when any was read. */
+  private async catchUp(first: LaggingSink, shared: Position): Promise<boolean> {
+    const { deps } = this;
     let worked = false;
-    for (const lag of lagging) {
-      if (deps.signal.aborted) break;
-      if (lag.backlog >= catchUpWindow(lag.bound)) continue;
-      try {
-        await this.page(lag, shared);
+    let lag: LaggingSink | undefined = first;
+    try {
+      while (lag && lag.backlog < catchUpWindow(lag.bound) && !deps.signal.aborted) {
+        lag = await this.page(lag, shared);
         worked = true;
-      } catch (err) {
-        if (deps.signal.aborted) break;
-        // The shared poll goes on; this sink's catch-up is tried again at the next step.
+      }
+    } catch (err) {
+      // The shared poll goes on; this sink's catch-up is tried again at the next step.
+      if (!deps.signal.aborted)
         deps.logger.warn(
-          { sink: lag.sink, position: lag.cursor, err: errorMessage(err) },
+          { sink: first.sink, position: lag?.cursor, err: errorMessage(err) },
           'catch-up page failed; retried at the next poll',
         );
-      }
     }
     return worked;
   }
 
-  private async page(lag: LaggingSink, shared: Position): Promise<void> {
+  /** Reads and commits one page; the sink as it lags after it, or undefined once it rejoined. */
+  private async page(lag: LaggingSink, shared: Position): Promise<LaggingSink | undefined> {
     const { deps, state } = this;
     const { source, adapter } = deps;
     const url = feedUrl(source, adapter, lag.cursor, source.event_types);
@@ -76,8 +92,7 @@ export class CatchUp {
     // it rejoins. A short page listed everything after the sink's position: nothing is left between.
     const fresh = unseen.filter((e) => isBehind(shared, e.id));
     const joined = !full || covers(next, shared);
-    const expansion = await expand(deps, state, fresh, deps.signal);
-    const changes = buildChanges(deps, fresh, expansion);
+    const changes = buildChanges(deps, fresh, await this.expand(fresh));
     const result = await deps.queue.commitCatchUp({
       source: source.name,
       sink: lag.sink,
@@ -98,7 +113,14 @@ export class CatchUp {
       joined,
       lost: result.lost.length,
     });
-    if (!joined) return;
+    if (!joined)
+      return {
+        ...lag,
+        cursor: next.cursor,
+        seenAbove: next.seenAbove,
+        backlog: lag.backlog + result.queued,
+        pendingIds: Math.max(0, lag.pendingIds - unseen.length),
+      };
     deps.logger.info(
       { sink: lag.sink, reason: lag.reason, lagged_ms: Date.now() - lag.since },
       `sink ${lag.sink} caught up with source ${source.name} and rejoined its shared stream`,
@@ -113,6 +135,29 @@ export class CatchUp {
         `events passed while sink ${lag.sink} was parked are no longer in the feed of ${source.name}: ` +
           'they cannot be delivered to it (lost upstream; the feed kept them for less time than the sink was parked)',
       );
+    return undefined;
+  }
+
+  /** The subjects of `events`, fetched only for those no other lagging sink fetched (or is fetching) lately. */
+  private async expand(events: FeedEvent[]): Promise<Expansion> {
+    const now = Date.now();
+    const known = (e: FeedEvent) => {
+      const hit = this.outcomes.get(e.id);
+      return hit && now - hit.at < OUTCOME_TTL_MS ? hit.outcome : undefined;
+    };
+    const missing = events.filter((e) => !known(e));
+    if (missing.length) {
+      const fetched = expand(this.deps, this.state, missing, this.deps.signal);
+      missing.forEach((e, i) => {
+        const outcome = fetched.then((x) => x.outcomes[i]!);
+        // A failed fetch is not kept: the next reader fetches again.
+        outcome.catch(() => this.outcomes.delete(e.id));
+        this.outcomes.delete(e.id);
+        this.outcomes.set(e.id, { outcome, at: now });
+      });
+      while (this.outcomes.size > OUTCOMES_KEPT) this.outcomes.delete(this.outcomes.keys().next().value!);
+    }
+    return { outcomes: await Promise.all(events.map((e) => known(e)!)), notFound: 0 };
   }
 }
 

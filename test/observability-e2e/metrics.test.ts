@@ -155,6 +155,28 @@ describe('a local run against the sandbox', () => {
     }
   });
 
+  it('feedsync_sink_state / position / lag: the sink is live at each source cursor, nothing lost', () => {
+    for (const source of SERVICES) {
+      const labels = { source, sink: 'file' };
+      expect(sum(samples, 'feedsync_sink_state', { ...labels, state: 'live' })).toBe(1);
+      for (const state of ['failing', 'parked', 'catching_up'])
+        expect(sum(samples, 'feedsync_sink_state', { ...labels, state }), state).toBe(0);
+      expect(sum(samples, 'feedsync_sink_position', labels)).toBe(
+        sum(samples, 'feedsync_cursor_event_id', { source }),
+      );
+      expect(sum(samples, 'feedsync_sink_position', labels)).toBeGreaterThan(0);
+      for (const name of [
+        'feedsync_sink_lag_events',
+        'feedsync_sink_lag_seconds',
+        'feedsync_sink_pending_ids',
+        'feedsync_sink_lost_upstream',
+        'feedsync_sink_parked_total',
+        'feedsync_sink_rejoined_total',
+      ])
+        expect(sum(samples, name, labels), name).toBe(0);
+    }
+  });
+
   it('the real scrape passes promtool check metrics', () => {
     const { code, output } = promtool(['check', 'metrics'], result.text);
     expect(output.trim()).toBe('');
@@ -195,6 +217,11 @@ describe('a bullmq run against the sandbox', () => {
       expect(sum(samples, 'feedsync_queue_jobs', { sink: 'file', state }), state).toBe(0);
     expect(sum(samples, 'feedsync_dead_letters', { sink: 'file' })).toBe(0);
     expect(sum(samples, 'feedsync_deliveries_total', { sink: 'file', outcome: 'ok' })).toBe(jsonl.length);
+    for (const source of SERVICES) {
+      expect(sum(samples, 'feedsync_sink_state', { source, sink: 'file', state: 'live' }), source).toBe(1);
+      expect(sum(samples, 'feedsync_sink_position', { source, sink: 'file' }), source).toBeGreaterThan(0);
+      expect(sum(samples, 'feedsync_sink_lag_events', { source, sink: 'file' }), source).toBe(0);
+    }
     const { code, output } = promtool(['check', 'metrics'], text);
     expect(output.trim()).toBe('');
     expect(code).toBe(0);

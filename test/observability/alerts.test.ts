@@ -55,6 +55,9 @@ describe('alerting rules', () => {
       'FeedsyncDeadLettersGrowing',
       'FeedsyncDeliveryErrorRatioHigh',
       'FeedsyncDown',
+      'FeedsyncSinkFailing',
+      'FeedsyncSinkLostUpstream',
+      'FeedsyncSinkParked',
       'FeedsyncSourceBehind',
       'FeedsyncSourceNotPolling',
     ]);

@@ -54,7 +54,7 @@ describe('rules and dashboard', () => {
 
   it('passes promtool check rules', () => {
     const check = promtool(['check', 'rules', RULES]);
-    expect(check.output).toContain('SUCCESS: 6 rules found');
+    expect(check.output).toContain('SUCCESS: 9 rules found');
     expect(check.code).toBe(0);
   });
 
@@ -76,6 +76,9 @@ describe('rules and dashboard', () => {
       expect(panel.datasource?.uid, panel.title).toBe('${datasource}');
       expect(panel.targets?.length, panel.title).toBeGreaterThan(0);
     }
+    expect(dashboard.panels.filter((p) => p.type === 'row').map((p) => p.title)).toContain(
+      'Sinks: positions',
+    );
     const exprs = queryPanels.flatMap((p) => (p.targets ?? []).map((t) => t.expr)).join('\n');
     for (const needle of [
       'rate(feedsync_events_total',
@@ -90,6 +93,12 @@ describe('rules and dashboard', () => {
       'feedsync_queue_jobs',
       'histogram_quantile(0.5, sum by (sink, le) (rate(feedsync_end_to_end_seconds_bucket',
       'histogram_quantile(0.99, sum by (sink, le) (rate(feedsync_end_to_end_seconds_bucket',
+      // The "Sinks: positions" row: state, lag in events and seconds, queued, lost upstream.
+      'feedsync_sink_state{state="parked"',
+      'max by (source, sink) (feedsync_sink_lag_events',
+      'max by (source, sink) (feedsync_sink_lag_seconds',
+      'feedsync_queue_jobs{state=~"waiting|active|delayed"',
+      'max by (source, sink) (feedsync_sink_lost_upstream',
     ]) {
       expect(exprs).toContain(needle);
     }

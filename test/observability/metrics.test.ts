@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createMetrics } from '../../src/observability/metrics.js';
 import { PipelineEvents } from '../../src/core/events.js';
 import type { SinkJobCounts } from '../../src/queue/queue.js';
+import type { SinkPositionView } from '../../src/queue/sink-positions.js';
 import { metricFamilies, parseSamples, sampleValue, type Sample } from './prom-text.js';
 import { promtool } from './promtool.js';
 import { startStack } from './stack.js';
@@ -16,6 +17,31 @@ afterEach(async () => {
 function counts(waiting: number, dead: number): SinkJobCounts {
   return { waiting, active: 1, delayed: 2, failed: 3, dead };
 }
+
+/** A sink's position in a source, live unless told otherwise. */
+function view(source: string, sink: string, over: Partial<SinkPositionView> = {}): SinkPositionView {
+  return {
+    source,
+    sink,
+    state: 'live',
+    position: 500,
+    lagEvents: 0,
+    lagSeconds: null,
+    queued: 0,
+    reason: null,
+    since: null,
+    pendingIds: 0,
+    idsTruncated: false,
+    lostUpstream: 0,
+    ...over,
+  };
+}
+
+const PAIRS = [
+  { source: 'scheduling', sink: 'file' },
+  { source: 'scheduling', sink: 'hook' },
+  { source: 'workflow', sink: 'file' },
+];
 
 async function scrape(s: Stack): Promise<{ text: string; samples: Sample[] }> {
   const res = await s.get('/metrics');
@@ -244,8 +270,16 @@ describe('metrics over /metrics', () => {
   });
 
   it('declares every README metric with its type and passes promtool check metrics', async () => {
-    stack = await startStack({ queueCounts: async () => ({ file: counts(1, 1), hook: counts(2, 2) }) });
+    stack = await startStack({
+      queueCounts: async () => ({ file: counts(1, 1), hook: counts(2, 2) }),
+      sinkPositions: async () => [
+        view('scheduling', 'file'),
+        view('scheduling', 'hook', { state: 'parked', lagSeconds: 12.5, reason: 'parked', since: 1 }),
+      ],
+      sinkPairs: PAIRS,
+    });
     emitScript(stack);
+    stack.events.emit('sink:parked', { source: 'scheduling', sink: 'hook' });
     const { text } = await scrape(stack);
     const families = metricFamilies(text);
     const expected: Record<string, string> = {
@@ -266,6 +300,15 @@ describe('metrics over /metrics', () => {
       feedsync_dead_letters: 'gauge',
       feedsync_sink_failing: 'gauge',
       feedsync_sink_probes_total: 'counter',
+      feedsync_sink_position: 'gauge',
+      feedsync_sink_lag_events: 'gauge',
+      feedsync_sink_lag_seconds: 'gauge',
+      feedsync_sink_state: 'gauge',
+      feedsync_sink_pending_ids: 'gauge',
+      feedsync_sink_lost_upstream: 'gauge',
+      feedsync_sink_parked_total: 'counter',
+      feedsync_catchup_changes_total: 'counter',
+      feedsync_sink_rejoined_total: 'counter',
       feedsync_build_info: 'gauge',
       process_cpu_seconds_total: 'counter',
       process_start_time_seconds: 'gauge',
@@ -276,6 +319,137 @@ describe('metrics over /metrics', () => {
     const check = promtool(['check', 'metrics'], text);
     expect(check.output).toBe('');
     expect(check.code).toBe(0);
+  });
+});
+
+describe('sink positions', () => {
+  it('reads each (source, sink) position at scrape time with the queue counts, one state at 1 of four', async () => {
+    let reads = 0;
+    const seen: unknown[] = [];
+    stack = await startStack({
+      queueCounts: async () => ({ file: counts(5, 0), hook: counts(300, 0) }),
+      sinkPositions: async (c) => {
+        reads++;
+        seen.push(c);
+        return [
+          view('scheduling', 'file', { position: 900, lagEvents: 8 }),
+          view('scheduling', 'hook', {
+            state: 'parked',
+            position: 420,
+            lagEvents: 780,
+            lagSeconds: 95.5,
+            queued: 300,
+            reason: 'parked',
+            since: 1,
+            pendingIds: 480,
+            lostUpstream: 2,
+          }),
+          view('workflow', 'file', {
+            state: 'catching_up',
+            position: null,
+            lagEvents: null,
+            reason: 'backfill',
+          }),
+        ];
+      },
+      sinkPairs: PAIRS,
+    });
+    let { samples } = await scrape(stack);
+    const v = (name: string, labels: Record<string, string>) => sampleValue(samples, name, labels);
+    expect(reads).toBe(1);
+    // The counts feedsync_queue_jobs read are handed over, not read a second time.
+    expect(seen[0]).toMatchObject({ hook: { waiting: 300 } });
+    expect(v('feedsync_sink_position', { source: 'scheduling', sink: 'file' })).toBe(900);
+    expect(v('feedsync_sink_position', { source: 'scheduling', sink: 'hook' })).toBe(420);
+    expect(v('feedsync_sink_position', { source: 'workflow', sink: 'file' })).toBe(0); // no cursor yet
+    expect(v('feedsync_sink_lag_events', { source: 'scheduling', sink: 'hook' })).toBe(780);
+    expect(v('feedsync_sink_lag_events', { source: 'workflow', sink: 'file' })).toBe(0);
+    expect(v('feedsync_sink_lag_seconds', { source: 'scheduling', sink: 'hook' })).toBe(95.5);
+    expect(v('feedsync_sink_lag_seconds', { source: 'scheduling', sink: 'file' })).toBe(0);
+    expect(v('feedsync_sink_pending_ids', { source: 'scheduling', sink: 'hook' })).toBe(480);
+    expect(v('feedsync_sink_lost_upstream', { source: 'scheduling', sink: 'hook' })).toBe(2);
+    const states = (source: string, sink: string) =>
+      Object.fromEntries(
+        ['live', 'failing', 'parked', 'catching_up'].map((state) => [
+          state,
+          v('feedsync_sink_state', { source, sink, state }),
+        ]),
+      );
+    expect(states('scheduling', 'hook')).toEqual({ live: 0, failing: 0, parked: 1, catching_up: 0 });
+    expect(states('scheduling', 'file')).toEqual({ live: 1, failing: 0, parked: 0, catching_up: 0 });
+    expect(states('workflow', 'file')).toEqual({ live: 0, failing: 0, parked: 0, catching_up: 1 });
+    // Bounded: the four states and the configured pairs, nothing else (no reason, no id).
+    const series = samples.filter((s) => s.name === 'feedsync_sink_state');
+    expect(series).toHaveLength(PAIRS.length * 4);
+    for (const s of series) expect(Object.keys(s.labels).sort()).toEqual(['sink', 'source', 'state']);
+
+    ({ samples } = await scrape(stack));
+    expect(reads).toBe(1); // cached for a second
+  });
+
+  it('counts parkings, catch-up changes and rejoins per (source, sink), from 0 for the pairs a poller has', async () => {
+    stack = await startStack({ sources: ['scheduling'], sinkPairs: PAIRS });
+    let { samples } = await scrape(stack);
+    const v = (name: string, labels: Record<string, string>) => sampleValue(samples, name, labels);
+    for (const name of [
+      'feedsync_sink_parked_total',
+      'feedsync_catchup_changes_total',
+      'feedsync_sink_rejoined_total',
+    ]) {
+      expect(v(name, { source: 'scheduling', sink: 'file' })).toBe(0);
+      expect(v(name, { source: 'scheduling', sink: 'hook' })).toBe(0);
+      // workflow is not polled by this process: nothing can count there.
+      expect(samples.some((s) => s.name === name && s.labels.source === 'workflow')).toBe(false);
+    }
+    // No positions reader: no position gauges with made-up values.
+    expect(samples.some((s) => s.name === 'feedsync_sink_state')).toBe(false);
+
+    const { events } = stack;
+    events.emit('sink:parked', { source: 'scheduling', sink: 'hook' });
+    events.emit('catchup:committed', {
+      source: 'scheduling',
+      sink: 'hook',
+      queued: 50,
+      joined: false,
+      lost: 0,
+    });
+    events.emit('catchup:committed', {
+      source: 'scheduling',
+      sink: 'hook',
+      queued: 7,
+      joined: true,
+      lost: 2,
+    });
+    events.emit('sink:parked', { source: 'scheduling', sink: 'hook' });
+    ({ samples } = await scrape(stack));
+    const w = (name: string, labels: Record<string, string>) => sampleValue(samples, name, labels);
+    expect(w('feedsync_sink_parked_total', { source: 'scheduling', sink: 'hook' })).toBe(2);
+    expect(w('feedsync_catchup_changes_total', { source: 'scheduling', sink: 'hook' })).toBe(57);
+    expect(w('feedsync_sink_rejoined_total', { source: 'scheduling', sink: 'hook' })).toBe(1);
+    expect(w('feedsync_sink_parked_total', { source: 'scheduling', sink: 'file' })).toBe(0);
+    expect(v('feedsync_sink_rejoined_total', { source: 'scheduling', sink: 'file' })).toBe(0);
+  });
+
+  it('keeps the last positions while they cannot be read', async () => {
+    let fail = false;
+    stack = await startStack({
+      sinkPositions: async () => {
+        if (fail) throw new Error('connect ECONNREFUSED');
+        return [view('scheduling', 'hook', { state: 'failing', position: 77 })];
+      },
+      sinkPairs: [{ source: 'scheduling', sink: 'hook' }],
+    });
+    let { samples } = await scrape(stack);
+    expect(
+      sampleValue(samples, 'feedsync_sink_state', { source: 'scheduling', sink: 'hook', state: 'failing' }),
+    ).toBe(1);
+    fail = true;
+    await new Promise((r) => setTimeout(r, 1100));
+    ({ samples } = await scrape(stack));
+    expect(sampleValue(samples, 'feedsync_sink_position', { source: 'scheduling', sink: 'hook' })).toBe(77);
+    expect(
+      sampleValue(samples, 'feedsync_sink_state', { source: 'scheduling', sink: 'hook', state: 'failing' }),
+    ).toBe(1);
   });
 });
 

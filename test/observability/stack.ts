@@ -1,6 +1,7 @@
 // Starts the real metrics registry, readiness tracker and HTTP server on 127.0.0.1:0.
 import { PipelineEvents } from '../../src/core/events.js';
 import type { SinkJobCounts } from '../../src/queue/queue.js';
+import type { SinkPositionView } from '../../src/queue/sink-positions.js';
 import { createLiveness, createReadiness, type ReadinessCheck } from '../../src/observability/health.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { createMetrics } from '../../src/observability/metrics.js';
@@ -11,6 +12,8 @@ export interface StackOptions {
   sinks?: string[];
   checks?: Record<string, ReadinessCheck>;
   queueCounts?: () => Promise<Record<string, SinkJobCounts>>;
+  sinkPositions?: (counts: Record<string, SinkJobCounts> | undefined) => Promise<SinkPositionView[]>;
+  sinkPairs?: { source: string; sink: string }[];
 }
 
 export async function startStack(opts: StackOptions = {}) {
@@ -24,6 +27,8 @@ export async function startStack(opts: StackOptions = {}) {
     sinks,
     version: '1.2.3-test',
     queueCounts: opts.queueCounts,
+    sinkPositions: opts.sinkPositions,
+    sinkPairs: opts.sinkPairs,
     logger,
   });
   const readiness = createReadiness({

@@ -22,6 +22,7 @@ interface StatusJson {
     state: string;
   }[];
   sinks: { sink: string; queued: number; in_flight: number; delayed: number; dead: number }[];
+  positions: Record<string, unknown>[];
 }
 
 const dir = tempDir('feedsync-ops-local-');
@@ -96,6 +97,25 @@ describe('while `feedsync run` is running', () => {
     const picky = status.sinks.find((s) => s.sink === 'picky')!;
     expect(picky.dead).toBe(refusedKeys().length);
     expect(picky.dead).toBeGreaterThan(0);
+    // Both sinks kept up: live on both sources, at the source's cursor (dead letters are no lag).
+    expect(status.positions).toEqual(
+      (['scheduling', 'workflow'] as const).flatMap((source) =>
+        ['file', 'picky'].map((sink) => ({
+          source,
+          sink,
+          state: 'live',
+          position: status.sources.find((x) => x.source === source)!.cursor,
+          lag_events: 0,
+          lag_seconds: null,
+          queued: 0,
+          reason: null,
+          since: null,
+          pending_ids: 0,
+          ids_truncated: false,
+          lost_upstream: null,
+        })),
+      ),
+    );
   });
 
   it('status (text) shows a table per source and per sink', async () => {
@@ -104,6 +124,8 @@ describe('while `feedsync run` is running', () => {
     expect(r.stdout).toMatch(/^scheduling\s+\d+\s+caught up/m);
     expect(r.stdout).toMatch(/^workflow\s+\d+\s+caught up/m);
     expect(r.stdout).toMatch(new RegExp(`^picky\\s+0\\s+0\\s+0\\s+0\\s+${refusedKeys().length}$`, 'm'));
+    expect(r.stdout).toMatch(/^SINK\s+SOURCE\s+STATE\s+POSITION\s+LAG\s+QUEUED$/m);
+    expect(r.stdout).toMatch(/^picky\s+workflow\s+live\s+\d+\s+0 events\s+0$/m);
   });
 
   it('cursor show prints every source with its cursor', async () => {

@@ -345,7 +345,16 @@ export function createPageCommitter(opts: {
         if (fence && token !== String(fence.token))
           throw new LeaseFencedError(plan.source, 'another replica took the lease meanwhile');
         if (fence && lease !== fence.value) throw new LeaseFencedError(plan.source, 'the lease expired');
-        if (catchUp) throw new CatchUpRefused(plan.source, catchUp.sink, catchUp.generation, undefined);
+        if (catchUp) {
+          const now = await connection.hget(knownKey, catchUp.sink);
+          if (now !== String(catchUp.generation))
+            throw new CatchUpRefused(
+              plan.source,
+              catchUp.sink,
+              catchUp.generation,
+              now ? Number(now) : undefined,
+            );
+        }
         throw new LaggingChanged(plan.source, await connection.hkeys(laggingKey(prefix, plan.source)));
       }
       const failed = results.find(([err]) => err);

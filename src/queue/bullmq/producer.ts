@@ -18,7 +18,7 @@ import type {
   LaggingSink,
   PageCommit,
 } from '../queue.js';
-import { CatchUpRefused, reportParked, type ProducerSink } from '../sink-positions.js';
+import { CatchUpRefused, catchUpWindow, reportParked, type ProducerSink } from '../sink-positions.js';
 import type { LeaseFence, RedisSourceLeases } from './lease.js';
 import {
   assertSinkName,
@@ -59,6 +59,33 @@ export interface BullmqProducerOptions {
 }
 
 export type BullmqProducer = ChangeQueue & { close(): Promise<void> };
+
+// Whether a sink's shard queues hold nothing to deliver; if so its backlog counter is set to 0 in
+// the same step. KEYS: the backlog hash, then per shard queue its wait, paused, active, delayed,
+// prioritized and waiting-children keys. ARGV: the sink.
+const QUEUES_EMPTY = `
+for i = 2, #KEYS do
+  local t = redis.call('TYPE', KEYS[i]).ok
+  if (t == 'list' and redis.call('LLEN', KEYS[i]) > 0) or (t == 'zset' and redis.call('ZCARD', KEYS[i]) > 0) then
+    return 0
+  end
+end
+redis.call('HSET', KEYS[1], ARGV[1], 0)
+return 1`;
+
+async function queuesEmpty(
+  client: Redis,
+  backlog: string,
+  queues: Queue<ChangeSlice>[],
+  sink: string,
+): Promise<boolean> {
+  const keys = queues.flatMap((q) =>
+    (['wait', 'paused', 'active', 'delayed', 'prioritized', 'waiting-children'] as const).map(
+      (k) => q.keys[k]!,
+    ),
+  );
+  return Number(await client.eval(QUEUES_EMPTY, 1 + keys.length, backlog, ...keys, sink)) === 1;
+}
 
 /** Backlogs and lagging sinks as last read: a second-old answer is plenty to decide parking. */
 const VIEW_CACHE_MS = 1_000;
@@ -286,14 +313,32 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
         join: commit.join,
       },
     };
-    const lost = await commitPlan(plan, fence);
+    let lost: Awaited<ReturnType<typeof commitPlan>> | undefined;
+    for (let attempt = 1; lost === undefined; attempt++) {
+      try {
+        lost = await commitPlan(plan, fence);
+      } catch (err) {
+        // Raced a renewal of the lease (WATCHed): nothing written, the page is still good.
+        if (!(err instanceof LaggingChanged) || attempt >= 3) throw err;
+      }
+    }
     countQueued(plan.queued);
     if (commit.join) view?.lagging.get(commit.source)?.delete(commit.sink);
     return { queued: wanted.length, lost: Array.isArray(lost) ? lost : [] };
   }
 
   async function laggingSinks(source: string): Promise<LaggingSink[]> {
-    const lagging = await readLagging(await queueClient(), opts.queue.prefix, source, opts.sinks);
+    const client = await queueClient();
+    const lagging = await readLagging(client, opts.queue.prefix, source, opts.sinks);
+    for (const lag of lagging) {
+      if (lag.backlog < catchUpWindow(lag.bound)) continue;
+      // The counter is kept by commits and workers; a Redis restart that lost its last second, or
+      // a worker killed at the wrong moment, can leave it above what is really queued, and a
+      // parked sink would then wait for ever. Its shard queues tell: empty means nothing waits.
+      const sink = sinks.find((s) => s.name === lag.sink);
+      if (sink && (await queuesEmpty(client, backlogKey(opts.queue.prefix), sink.queues, lag.sink)))
+        lag.backlog = 0;
+    }
     // The poller asks between its commits: what it reads is what its next commit must honour.
     view?.lagging.set(source, new Set(lagging.map((l) => l.sink)));
     return lagging;
