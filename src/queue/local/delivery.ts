@@ -435,6 +435,9 @@ export class LocalDelivery implements DeliveryRunner {
     const started = performance.now();
     const changes = rows.map((r) => (r.change ??= parseChangeJson(r.body)));
     const context = { fence: this.ownership.fence() };
+    // Checked again here, at the call: a freeze may have landed after the loop's check, while it
+    // read rows. Not called, the rows stay queued (failed: the lane re-reads the store).
+    if (!this.ownership.valid()) return true;
     try {
       if (changes.length === 1 || !runtime.sink.deliverBatch)
         await runtime.sink.deliver(changes[0]!, context);
