@@ -40,6 +40,8 @@ export interface ProbeGateHooks {
 export const FAILURES_TO_PROBE = 3;
 /** Two requests a second at most to a failing sink, whatever the backoff and Retry-After say. */
 export const MIN_PROBE_SPACING_MS = 500;
+/** The longest wait between two probes of its own choosing (a Retry-After may ask for longer). */
+export const MAX_PROBE_SPACING_MS = 60_000;
 /** A call turned away comes back no sooner than this, so no queue spins on the gate. */
 export const MIN_HOLD_MS = 100;
 
@@ -66,9 +68,12 @@ export function withProbeGate(sink: Sink, name: string, queue: Backoff, hooks: P
 
   // Equal jitter rather than the queue's full jitter: processes probing one receiver drift apart,
   // yet each step stays at least half its nominal length, so a long outage is probed ever more rarely.
+  // Never further apart than MAX_PROBE_SPACING_MS (unless the receiver asks): a sink back after a
+  // long outage is noticed within a minute, not max_backoff_ms later.
+  const longest = Math.max(MIN_PROBE_SPACING_MS, Math.min(queue.max_backoff_ms, MAX_PROBE_SPACING_MS));
   const spacingAfter = (failedProbes: number, err: unknown): number => {
-    const ceiling = Math.min(queue.max_backoff_ms, queue.backoff_ms * 2 ** Math.min(failedProbes, 30));
-    const step = ceiling / 2 + backoffDelay(failedProbes, queue.backoff_ms, queue.max_backoff_ms, random) / 2;
+    const ceiling = Math.min(longest, queue.backoff_ms * 2 ** Math.min(failedProbes, 30));
+    const step = ceiling / 2 + backoffDelay(failedProbes, queue.backoff_ms, longest, random) / 2;
     return Math.ceil(Math.max(MIN_PROBE_SPACING_MS, asked(err), step));
   };
 

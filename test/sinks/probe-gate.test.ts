@@ -10,6 +10,7 @@ import { decideAfterFailure } from '../../src/queue/delivery-policy.js';
 import { reportFailed } from '../../src/queue/delivery-report.js';
 import {
   FAILURES_TO_PROBE,
+  MAX_PROBE_SPACING_MS,
   MIN_PROBE_SPACING_MS,
   withProbeGate,
   type GatedSink,
@@ -127,6 +128,28 @@ describe('probe gate', () => {
     expect((late.outcome.err as SinkProbingError).retryAfterMs).toBe(100);
     expect(h.inner.calls()).toBe(FAILURES_TO_PROBE);
     expect(h.seen).toEqual([{ name: 'sink:failing', payload: { sink: 'hook', failing: true } }]);
+  });
+
+  it('probes a long outage at least once a minute, however large max_backoff_ms is', async () => {
+    const h = harness({ random: 1, queue: { backoff_ms: 1000, max_backoff_ms: 300_000, attempts: 5 } });
+    await breakGate(h, unavailable());
+    const spacings: number[] = [];
+    for (let probe = 0; probe < 12; probe++) {
+      const wait = h.gate.readyInMs();
+      spacings.push(wait);
+      h.advance(wait);
+      const call = start(h.gate);
+      h.inner.fail(unavailable());
+      await call.done;
+    }
+    expect(Math.max(...spacings)).toBe(MAX_PROBE_SPACING_MS);
+    expect(spacings.at(-1)).toBe(MAX_PROBE_SPACING_MS);
+    // A receiver that asks for longer (Retry-After) still gets it.
+    h.advance(h.gate.readyInMs());
+    const probe = start(h.gate);
+    h.inner.fail(unavailable(120_000));
+    await probe.done;
+    expect(h.gate.readyInMs()).toBe(120_000);
   });
 
   it('lets exactly one probe through at a time, and opens at once when it succeeds', async () => {
