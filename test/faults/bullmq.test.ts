@@ -2,9 +2,9 @@
 // `feedsync poll` (one holds each source, the other stands by) and two `feedsync work` over a real
 // redis-server (AOF everysec), each process behind its own TCP proxy, four sinks, and a handful
 // of seeded faults — kill -9, SIGSTOP past the leases, Redis killed/restarted or frozen, Redis
-// connections cut or frozen, sinks failing/hanging/slow, `cursor set/reset` racing the pollers, the
-// feed switching dialects or failing — then the checker over the whole history (checker.ts lists
-// the anomaly kinds). FAULT_SEED=n replays a run.
+// connections cut or frozen, sinks failing/hanging/slow, `cursor set/reset` or `replay` racing the
+// pollers, the feed switching dialects or failing — then the checker over the whole history
+// (checker.ts lists the anomaly kinds). FAULT_SEED=n replays a run.
 import { afterAll, describe, expect, it } from 'vitest';
 import { cleanupFaultRuns, faultSeed, runFaultScenario } from './runner.js';
 
@@ -27,7 +27,7 @@ describe(`fault injection, bullmq driver (FAULT_SEED=${seed})`, () => {
         ['freeze'],
         ['redis-kill', 'redis-freeze', 'proxy-cut', 'proxy-freeze'],
         ['sink-fail', 'sink-hang', 'sink-slow'],
-        ['cursor'],
+        ['cursor', 'replay'],
       ],
       log: process.env.FAULT_VERBOSE ? (l) => console.log(l) : undefined,
     });

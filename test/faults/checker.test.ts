@@ -3,7 +3,7 @@
 // new baseline of a cursor command) is not flagged.
 import { describe, expect, it } from 'vitest';
 import { check, type AnomalyKind } from './checker.js';
-import type { Delivery, ExpectedEvent, FaultRecord, History } from './types.js';
+import type { Delivery, ExpectedEvent, FaultRecord, History, ReplayCommand } from './types.js';
 
 const T0 = 1_000_000;
 
@@ -57,6 +57,7 @@ function base(overrides: Partial<History> = {}): History {
     cursorSamples: [],
     leaseSamples: [],
     cursorCommands: [],
+    replays: [],
     afterLeaseLoss: [],
     mirror: null,
     ...overrides,
@@ -287,6 +288,27 @@ describe('fault history checker', () => {
       }),
     );
     expect(restarted.counts.copy).toBe(1);
+    // The local queue: the frozen `run` exited 1 on resuming, having acknowledged the in-flight
+    // delivery in memory only; the standby redelivered it as after a crash, uncounted by design.
+    const crashed = check(
+      base({
+        deliveries: [...common, ...inFlight, d('scheduling:102', 20, 16_100)],
+        faults: [freeze],
+        processes: [
+          { name: 'run-a', role: 'run', pid: 10, start: T0, end: T0 + 20_200, how: 'exited', code: 1 },
+          { name: 'run-b', role: 'run', pid: 20, start: T0 },
+        ],
+      }),
+    );
+    expect(crashed.anomalies).toEqual([]);
+    expect(crashed.copies.crash).toBe(1);
+    // Not so with bullmq: there the count is required.
+    expect(
+      kinds({
+        ...base({ deliveries: [...common, ...inFlight, d('scheduling:102', 20, 16_100)], faults: [freeze] }),
+        scenario: 'bullmq',
+      }),
+    ).toEqual({ 'copy-uncounted': 1 });
   });
 
   it('copies whose acknowledgement a store fault refused are allowed; around a sink fault they are not', () => {
@@ -419,6 +441,164 @@ describe('fault history checker', () => {
     );
     expect(honoured.anomalies).toEqual([]);
     expect(honoured.copies.cursor).toBe(2);
+  });
+
+  /** `feedsync replay --sink <sink> --source scheduling --from 102` at 5 s that printed "it was at 104". */
+  function replay(extra: Partial<ReplayCommand> = {}): ReplayCommand {
+    return {
+      sink: 'a',
+      source: 'scheduling',
+      from: 102,
+      before: 104,
+      start: T0 + 5000,
+      end: T0 + 5800,
+      ok: true,
+      output: 'a from scheduling: replaying after event 102 (it was at 104); …',
+      ...extra,
+    };
+  }
+
+  it('replay: a copy after ID to the replayed sink, started after the command, is explained', () => {
+    clock = 0;
+    const deliveries = [
+      ...cleanDeliveries(1000),
+      d('scheduling:103', 10, 6000),
+      d('scheduling:104', 10, 6010),
+    ];
+    const r = check(base({ deliveries, replays: [replay()] }));
+    expect(r.anomalies).toEqual([]);
+    expect(r.copies.replay).toBe(2);
+    // Not explained: without the replay, by a refused one, by one that started after the copy, or
+    // for a key at or below ID.
+    expect(kinds(base({ deliveries }))).toEqual({ copy: 2 });
+    expect(
+      kinds(
+        base({
+          deliveries,
+          replays: [replay({ ok: false, before: undefined, output: 'a replay is still running' })],
+        }),
+      ),
+    ).toEqual({ copy: 2, 'replay-unexplained-refusal': 1 });
+    // (103 came before that replay started: a copy, and that replay still owes it.)
+    expect(kinds(base({ deliveries, replays: [replay({ start: T0 + 6005, end: T0 + 6500 })] }))).toEqual({
+      copy: 1,
+      'replay-not-honoured': 1,
+    });
+    expect(
+      kinds(
+        base({
+          deliveries: [...deliveries, d('scheduling:102', 10, 6020)],
+          replays: [replay()],
+        }),
+      ),
+    ).toEqual({ copy: 1 });
+    // Another source's copies are not explained either.
+    expect(
+      kinds(base({ deliveries: [...deliveries, d('workflow:203', 10, 6030)], replays: [replay()] })),
+    ).toEqual({ copy: 1 });
+  });
+
+  it('replay: a copy to a sink that was not replayed is not explained (the other sinks are untouched)', () => {
+    clock = 0;
+    const toA = cleanDeliveries(1000);
+    const toB = toA.map((x) => ({ ...x, sink: 'b', start: x.start + 1, end: x.end! + 1 }));
+    const h = base({
+      sinks: [
+        { name: 'a', recorded: true, filter: {} },
+        { name: 'b', recorded: true, filter: {} },
+      ],
+      delivered: {},
+    });
+    const againB = [103, 104].map((id, i) => ({ ...d(`scheduling:${id}`, 10, 6000 + 10 * i), sink: 'b' }));
+    const replayB = replay({ sink: 'b' });
+    expect(kinds({ ...h, deliveries: [...toA, ...toB, ...againB], replays: [replayB] })).toEqual({});
+    // The same copies to a: flagged, the replay of b explains nothing for a.
+    const againA = [103, 104].map((id, i) => d(`scheduling:${id}`, 10, 6100 + 10 * i));
+    const r = check({ ...h, deliveries: [...toA, ...toB, ...againB, ...againA], replays: [replayB] });
+    expect(r.counts.copy).toBe(2);
+    expect(r.anomalies.every((a) => a.kind === 'copy' && a.sink === 'a')).toBe(true);
+  });
+
+  it('replay-not-honoured: what an accepted replay put back and the sink had received must come again', () => {
+    clock = 0;
+    const deliveries = cleanDeliveries(1000);
+    const ignored = check(base({ deliveries, replays: [replay()] }));
+    expect(ignored.counts['replay-not-honoured']).toBe(1);
+    expect(ignored.anomalies[0]!.detail).toMatch(
+      /2 changes it put back were never delivered to a again \(e\.g\. scheduling:103, scheduling:104\)/,
+    );
+    // Half honoured: still flagged, for the one missing.
+    const half = check(
+      base({ deliveries: [...deliveries, d('scheduling:103', 10, 6000)], replays: [replay()] }),
+    );
+    expect(half.counts['replay-not-honoured']).toBe(1);
+    expect(half.anomalies[0]!.key).toBe('scheduling:104');
+    // Only (from, before]: a replay "at 103" owes 103 alone; the changes after it are the shared stream's.
+    expect(
+      kinds(
+        base({
+          deliveries: [...deliveries, d('scheduling:103', 10, 6000)],
+          replays: [replay({ before: 103 })],
+        }),
+      ),
+    ).toEqual({});
+    // A change the sink had not received before the command (still in flight at its start) is not owed.
+    const late = deliveries.map((x) =>
+      x.key === 'scheduling:104' ? { ...x, start: T0 + 4990, end: T0 + 5010 } : x,
+    );
+    expect(
+      kinds(base({ deliveries: [...late, d('scheduling:103', 10, 6000)], replays: [replay()] })),
+    ).toEqual({});
+    // A refused replay owes nothing.
+    expect(
+      kinds(
+        base({
+          deliveries,
+          replays: [replay({ ok: false, before: undefined, output: 'nothing to replay after event 102' })],
+        }),
+      ),
+    ).toEqual({});
+  });
+
+  it('replay-unexplained-refusal: refused only for a documented reason; "still running" needs an accepted one', () => {
+    clock = 0;
+    const deliveries = [
+      ...cleanDeliveries(1000),
+      d('scheduling:103', 10, 6000),
+      d('scheduling:104', 10, 6010),
+    ];
+    const refused = (output: string, start = 5900): ReplayCommand =>
+      replay({ ok: false, before: undefined, start: T0 + start, end: T0 + start + 700, output });
+    const running = refused(
+      '[stderr] sink a on source scheduling: a replay is still running (at event 102); wait until it has caught up (feedsync status)',
+    );
+    expect(kinds(base({ deliveries, replays: [replay(), running] }))).toEqual({});
+    expect(
+      kinds(
+        base({
+          deliveries,
+          replays: [
+            replay(),
+            refused(
+              'sink a on source scheduling lags behind at event 90 (parked): a replay from 102 would skip events',
+            ),
+            refused('sink a on source scheduling was moved while the replay was being written; run it again'),
+            refused(
+              "sink a on source scheduling: nothing to replay after event 102 (the source's cursor is 102)",
+            ),
+          ],
+        }),
+      ),
+    ).toEqual({});
+    // "Still running" with no replay accepted before it; a failure no refusal explains.
+    expect(kinds(base({ deliveries: cleanDeliveries(1000), replays: [running] }))).toEqual({
+      'replay-unexplained-refusal': 1,
+    });
+    const r = check(
+      base({ deliveries, replays: [replay(), refused('Error: connect ECONNREFUSED 127.0.0.1:6379')] }),
+    );
+    expect(r.counts['replay-unexplained-refusal']).toBe(1);
+    expect(r.anomalies[0]!.detail).toMatch(/ECONNREFUSED/);
   });
 
   it('cursor-accepted-while-held: success while the same holder and token were there before and after', () => {

@@ -31,6 +31,16 @@
 //                  overwritten, or the re-read pages were not queued.
 //  cursor-accepted-while-held  a cursor command succeeded although the same lease holder with the
 //                  same token was seen just before and just after it (it never held the source).
+//  replay-not-honoured  a `feedsync replay --sink S --source SRC --from ID` printed success ("it was
+//                  at B"), but a change of SRC with ID < id <= B that S's filter passes and that S
+//                  had received before the command started was not delivered to S again after it
+//                  started (the sink was not put back, or its catch-up skipped it). Every accepted
+//                  replay is judged (a second one is accepted only once the first has caught up).
+//  replay-unexplained-refusal  a replay was refused (or failed) for a reason the command does not
+//                  document ("a replay is still running", "would skip events", "nothing to
+//                  replay", "was moved while the replay was being written"), or as "still running"
+//                  with no accepted replay of that sink and source before it. (That a refused replay
+//                  changed nothing is judged through the copy rules: it explains no copy.)
 //  token-regression  fencing tokens must grow with every takeover: a lease sample shows a new
 //                  owner with a token not above one seen before (unless Redis was killed in
 //                  between), or a process started later delivers with a lower `context.fence`
@@ -58,9 +68,13 @@
 //  crash           was made by a process that exited by itself (non-zero) after it started, unless
 //                  that process had been frozen (then only the freeze rule applies) — but a local
 //                  `run` frozen past its store lease exits 1 on resuming: what it delivered before
-//                  the freeze counts as a crash's copies (the standby redelivers its memory window);
+//                  the freeze, or had in flight at it (acknowledged in memory only when it resumed),
+//                  counts as a crash's copies (the standby redelivers its memory window);
 //  cursor          (checked first: deliberate) is of a key after the target of a successful rewind
-//                  (`cursor set` below the cursor), and the copy started after the command did.
+//                  (`cursor set` below the cursor), and the copy started after the command did;
+//  replay          (checked first too: deliberate) is of a key of SRC after ID to sink S, and a
+//                  successful `feedsync replay --sink S --source SRC --from ID` started before the
+//                  copy did. A replay of another sink explains nothing: the other sinks are untouched.
 // Sink faults and feed/upstream faults explain no copy.
 import type {
   CursorCommand,
@@ -71,7 +85,9 @@ import type {
   History,
   MirrorRow,
   ProcessLife,
+  ReplayCommand,
   SinkFilterSpec,
+  SinkSpec,
 } from './types.js';
 
 export const ANOMALY_KINDS = [
@@ -85,6 +101,8 @@ export const ANOMALY_KINDS = [
   'cursor-overwritten',
   'rewind-not-honoured',
   'cursor-accepted-while-held',
+  'replay-not-honoured',
+  'replay-unexplained-refusal',
   'token-regression',
   'mirror-stale',
   'stall',
@@ -422,6 +440,49 @@ export function check(h: History): CheckResult {
       });
   }
 
+  // A replay that printed success must be honoured: what it put back reaches its sink again.
+  const replays = h.replays ?? [];
+  const appliedBySinkKey = new Map<string, { start: number; stop: number }[]>();
+  for (const [k, list] of bySinkKey)
+    appliedBySinkKey.set(
+      k,
+      list.filter((d) => d.applied),
+    );
+  for (const { replay: r, owed } of replayOwed(h.events, h.sinks, replays, skipped, appliedBySinkKey))
+    add({
+      kind: 'replay-not-honoured',
+      sink: r.sink,
+      source: r.source,
+      key: owed[0],
+      at: r.end,
+      detail: `\`feedsync replay --sink ${r.sink} --source ${r.source} --from ${r.from}\` printed success (it was at ${r.before}) at ${fmt(r.end, h)}, but ${owed.length} changes it put back were never delivered to ${r.sink} again (e.g. ${owed.slice(0, 5).join(', ')})`,
+    });
+  // A refused replay: only for a documented reason.
+  for (const r of replays) {
+    if (r.ok) continue;
+    const what = `\`feedsync replay --sink ${r.sink} --source ${r.source} --from ${r.from}\` (${fmt(r.start, h)}..${fmt(r.end, h)})`;
+    const reason = REPLAY_REFUSALS.find((x) => x.test(r.output));
+    if (!reason)
+      add({
+        kind: 'replay-unexplained-refusal',
+        sink: r.sink,
+        source: r.source,
+        at: r.start,
+        detail: `${what} failed with no documented refusal: ${lastOutputLine(r.output)}`,
+      });
+    else if (
+      reason === REPLAY_RUNNING &&
+      !replays.some((o) => o.ok && o.sink === r.sink && o.source === r.source && o.start < r.end)
+    )
+      add({
+        kind: 'replay-unexplained-refusal',
+        sink: r.sink,
+        source: r.source,
+        at: r.start,
+        detail: `${what} was refused as "still running", but no replay of ${r.sink} from ${r.source} had been accepted: ${lastOutputLine(r.output)}`,
+      });
+  }
+
   // Fencing tokens only grow.
   for (const [scope, samples] of groupBy(h.leaseSamples, (s) => s.source)) {
     samples.sort((a, b) => a.t - b.t);
@@ -594,18 +655,20 @@ function explainCopy(
             found.push({ kind: 'kill9', original: p, rank: 0 });
           break;
         case 'freeze':
-          if (f.pids.includes(p.pid) && inFlightAt(f.start) && c.start > f.start)
-            found.push({ kind: 'freeze', original: p, rank: 1 });
           // The local queue: a `run` frozen past its store lease exits 1 when it resumes, and the
-          // standby redelivers what it held in memory, as after a crash (docs/guarantees.md).
-          else if (
+          // standby redelivers what it held in memory, as after a crash (docs/guarantees.md) —
+          // also what was in flight at the freeze and acknowledged in memory only on resuming
+          // (the store still its own at that instant), which therefore goes uncounted.
+          if (
             h.scenario === 'local' &&
             f.pids.includes(p.pid) &&
-            p.start <= f.start &&
+            p.start < f.start + SIGNAL_SLACK_MS &&
             lives.get(p.pid)?.how === 'exited' &&
             lives.get(p.pid)?.code === 1
           )
             found.push({ kind: 'crash', original: p, rank: 5 });
+          else if (f.pids.includes(p.pid) && inFlightAt(f.start) && c.start > f.start)
+            found.push({ kind: 'freeze', original: p, rank: 1 });
           break;
         case 'redis-kill':
           if (
@@ -660,6 +723,11 @@ function explainCopy(
     if (cmd.after < cmd.before && e.id > cmd.after && c.start >= cmd.start)
       found.push({ kind: 'cursor', original: earlier[earlier.length - 1]!, rank: -1 });
   }
+  // A replay of this sink put it back before this key: its changes after `from` come again.
+  for (const r of h.replays ?? []) {
+    if (r.ok && r.sink === c.sink && r.source === e.source && r.from < e.id && r.start <= c.start)
+      found.push({ kind: 'replay', original: earlier[earlier.length - 1]!, rank: -1 });
+  }
   if (found.length === 0) return { kind: 'none' };
   found.sort((a, b) => a.rank - b.rank);
   return found[0]!;
@@ -673,6 +741,58 @@ function frozenInFlight(faults: FaultRecord[], d: Interval): string | undefined 
     if (d.start < f.start + SIGNAL_SLACK_MS && d.stop > f.start) return f.kind;
   }
   return undefined;
+}
+
+const REPLAY_RUNNING = /replay is still running/;
+/** The refusals `feedsync replay` documents (src/queue/sink-positions.ts, the drivers' positions-admin). */
+const REPLAY_REFUSALS: readonly RegExp[] = [
+  REPLAY_RUNNING,
+  /would skip events/,
+  /nothing to replay/,
+  /was moved while the replay was being written/,
+];
+
+/**
+ * Per accepted replay, the keys it put back and that its sink has not received again since it
+ * started: changes of its source with from < id <= before (the position it printed) that the
+ * sink's filter passes, outside ranges a `cursor reset` skipped, applied (`applied`: by
+ * sink + NUL + key, the applications) and settled before the command started, and with no
+ * application starting at or after its start. Only recorded sinks are judged.
+ */
+export function replayOwed(
+  events: readonly ExpectedEvent[],
+  sinks: readonly SinkSpec[],
+  replays: readonly ReplayCommand[],
+  skipped: Map<string, [number, number][]>,
+  applied: Map<string, { start: number; stop: number }[]>,
+): { replay: ReplayCommand; owed: string[] }[] {
+  const out: { replay: ReplayCommand; owed: string[] }[] = [];
+  for (const r of replays) {
+    if (!r.ok || r.before === undefined || r.before === null) continue;
+    const sink = sinks.find((s) => s.name === r.sink);
+    if (!sink?.recorded) continue;
+    const owed: string[] = [];
+    for (const e of events) {
+      if (e.source !== r.source || e.id <= r.from || e.id > r.before) continue;
+      if (!passes(sink.filter, e) || isSkipped(skipped, e)) continue;
+      const list = applied.get(`${sink.name}\u0000${e.key}`) ?? [];
+      if (!list.some((d) => d.stop <= r.start)) continue;
+      if (list.some((d) => d.start >= r.start)) continue;
+      owed.push(e.key);
+    }
+    if (owed.length > 0) out.push({ replay: r, owed });
+  }
+  return out;
+}
+
+function lastOutputLine(text: string): string {
+  return (
+    text
+      .split('\n')
+      .map((l) => l.replace(/^\[(stdout|stderr)\] /, '').trim())
+      .filter(Boolean)
+      .at(-1) ?? '(no output)'
+  ).slice(0, 300);
 }
 
 /** Id ranges a successful forward `cursor reset/set` skipped, per source: (before, after]. */

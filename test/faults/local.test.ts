@@ -1,8 +1,9 @@
 // The short seeded fault run of the local driver (the soak, `npm run soak`, runs many more):
 // two `feedsync run` processes on one store (one holds it, one stands by), four sinks, a handful
 // of seeded faults — kill -9, SIGSTOP, sinks failing/hanging/slow, the store full or locked,
-// `cursor set/reset` racing the pollers, the feed switching dialects or failing — then the checker
-// over the whole history (checker.ts lists the anomaly kinds). FAULT_SEED=n replays a run.
+// `cursor set/reset` or `replay` racing the pollers, the feed switching dialects or failing — then
+// the checker over the whole history (checker.ts lists the anomaly kinds). FAULT_SEED=n replays a
+// run.
 import { afterAll, describe, expect, it } from 'vitest';
 import { cleanupFaultRuns, faultSeed, runFaultScenario } from './runner.js';
 
@@ -24,7 +25,7 @@ describe(`fault injection, local driver (FAULT_SEED=${seed})`, () => {
         ['kill9'],
         ['freeze', 'store-full', 'store-lock'],
         ['sink-fail', 'sink-hang', 'sink-slow'],
-        ['cursor'],
+        ['cursor', 'replay'],
       ],
       log: process.env.FAULT_VERBOSE ? (l) => console.log(l) : undefined,
     });

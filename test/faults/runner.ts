@@ -19,6 +19,7 @@ import {
   isSkipped,
   mirrorStale,
   passes,
+  replayOwed,
   skippedByResets,
   type CheckResult,
 } from './checker.js';
@@ -35,6 +36,7 @@ import type {
   FaultRecord,
   History,
   MirrorRow,
+  ReplayCommand,
   Scenario,
   SinkSpec,
 } from './types.js';
@@ -172,6 +174,7 @@ export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
   ];
   const faults: FaultRecord[] = [];
   const cursorCommands: CursorCommand[] = [];
+  const replays: ReplayCommand[] = [];
   const heals: (() => void | Promise<void>)[] = [];
   let sandbox: Sandbox | undefined;
   let redis: RedisProc | undefined;
@@ -212,6 +215,9 @@ export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
         backoff_ms: 50,
         max_backoff_ms: 1_000,
         lease_ttl_ms: timing.leaseTtlMs,
+        // Small enough that sinks are parked and catch up from the feed under the faults (per-sink
+        // positions), not only while a sink fault runs. FAULT_MAX_BACKLOG=1000000 turns it off.
+        max_backlog: Number(process.env.FAULT_MAX_BACKLOG ?? 1000),
       },
       sources: SOURCES.map((service) => ({
         name: service,
@@ -320,6 +326,38 @@ export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
         );
         return cmd;
       },
+      async replayCommand(sink, source, from) {
+        const args = ['replay', '--sink', sink, '--source', source, '--from', String(from)];
+        const start = now();
+        const p = spawnCli(args, { config: opsConfig });
+        let code: number | null = null;
+        try {
+          code = (await p.waitForExit(30_000)).code;
+        } catch {
+          p.signal('SIGKILL');
+          await p.waitForExit(5_000).catch(() => undefined);
+        }
+        const output = p.text();
+        const m = /^(\S+) from (\S+): replaying after event (\d+) \(it was at (\(none\)|\d+)\)/m.exec(
+          p.stdout().join('\n'),
+        );
+        const ok = code === 0 && !!m && m[1] === sink && m[2] === source && Number(m[3]) === from;
+        const cmd: ReplayCommand = {
+          sink,
+          source,
+          from,
+          start,
+          end: now(),
+          ok,
+          ...(m ? { before: m[4] === '(none)' ? null : Number(m[4]) } : {}),
+          output: output.slice(-600),
+        };
+        replays.push(cmd);
+        log(
+          `\`feedsync ${args.join(' ')}\`: ${ok ? `ok (it was at ${m![4]})` : `refused/failed (exit ${code}): ${lastLine(output)}`}`,
+        );
+        return cmd;
+      },
       record(f) {
         faults.push(f);
         log(
@@ -394,7 +432,8 @@ export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
       deliveries.poll();
       missing =
         missingCount(events, sinks, deliveries, jsonlPath, cursorCommands) +
-        mirrorBehind(events, readMirror(mirrorPath), cursorCommands);
+        mirrorBehind(events, readMirror(mirrorPath), cursorCommands) +
+        replayOwedCount(events, sinks, deliveries, cursorCommands, replays);
       if (missing === 0) {
         drained = true;
         break;
@@ -422,6 +461,7 @@ export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
       cursorSamples: sampler.cursors,
       leaseSamples: sampler.leases,
       cursorCommands,
+      replays,
       afterLeaseLoss: scraper.counts(),
       mirror: readMirror(mirrorPath),
     };
@@ -565,6 +605,29 @@ function missingCount(
       if (passes(sink.filter, e) && !isSkipped(skipped, e) && !got.has(e.key)) missing++;
   }
   return missing;
+}
+
+/** (sink, change) pairs an accepted `feedsync replay` put back and that were not delivered again yet. */
+function replayOwedCount(
+  events: ExpectedEvent[],
+  sinks: SinkSpec[],
+  log: DeliveryLog,
+  commands: CursorCommand[],
+  replays: ReplayCommand[],
+): number {
+  if (!replays.some((r) => r.ok)) return 0;
+  const applied = new Map<string, { start: number; stop: number }[]>();
+  for (const d of log.deliveries) {
+    if (d.ok !== true || d.end === undefined) continue;
+    const k = `${d.sink}\u0000${d.key}`;
+    const list = applied.get(k) ?? [];
+    list.push({ start: d.start, stop: d.end });
+    applied.set(k, list);
+  }
+  return replayOwed(events, sinks, replays, skippedByResets(commands), applied).reduce(
+    (n, o) => n + o.owed.length,
+    0,
+  );
 }
 
 /** The sqlite mirror's rows ({} before it exists). */

@@ -17,6 +17,7 @@ export const FAULT_KINDS = [
   'store-full',
   'store-lock',
   'cursor',
+  'replay',
   'feed-dialect',
   'upstream-errors',
 ] as const;
@@ -95,6 +96,20 @@ export interface CursorCommand {
   output: string;
 }
 
+/** A `feedsync replay --sink S --source SRC --from ID` run while the pollers go on. */
+export interface ReplayCommand {
+  sink: string;
+  source: string;
+  /** The events after this id are delivered to the sink again. */
+  from: number;
+  /** From the success line `… (it was at <before>)`: the sink's position (the source's cursor if it was live). */
+  before?: number | null;
+  start: number;
+  end: number;
+  ok: boolean;
+  output: string;
+}
+
 /** A change the run must deliver: one sandbox event. */
 export interface ExpectedEvent {
   source: string;
@@ -149,6 +164,8 @@ export interface History {
   cursorSamples: CursorSample[];
   leaseSamples: LeaseSample[];
   cursorCommands: CursorCommand[];
+  /** `feedsync replay` commands, accepted or refused. */
+  replays: ReplayCommand[];
   afterLeaseLoss: LeaseLossCount[];
   /** The sqlite mirror sink's rows at the end, by subject_url (null: no mirror sink). */
   mirror: Record<string, MirrorRow> | null;

@@ -6,7 +6,7 @@ import type { FaultProxy } from './proxy.js';
 import type { RedisProc } from './redis-proc.js';
 import type { Sampler } from './recorder.js';
 import type { Supervisor } from './supervisor.js';
-import type { CursorCommand, FaultKind, FaultRecord, Scenario } from './types.js';
+import type { CursorCommand, FaultKind, FaultRecord, ReplayCommand, Scenario } from './types.js';
 
 export interface Timing {
   /** queue.lease_ttl_ms (bullmq source leases). */
@@ -61,6 +61,8 @@ export interface World {
   setSink(name: string, b: SinkBehaviour | undefined): void;
   /** Runs `feedsync cursor …` with the ops config and records it. */
   cursorCommand(args: string[]): Promise<CursorCommand>;
+  /** Runs `feedsync replay --sink S --source SRC --from ID` with the ops config and records it. */
+  replayCommand(sink: string, source: string, from: number): Promise<ReplayCommand>;
   record(f: FaultRecord): void;
   /** Local: lets a dead process's store lease expire now, as if its TTL had passed. */
   expireLeaseOf(pid: number): void;

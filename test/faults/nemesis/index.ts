@@ -6,6 +6,7 @@ import { freeze } from './freeze.js';
 import { kill9 } from './kill9.js';
 import { proxyCut, proxyFreeze } from './proxy.js';
 import { redisFreeze, redisKill } from './redis.js';
+import { replayRace } from './replay.js';
 import { sinkFail, sinkHang, sinkSlow } from './sink.js';
 import { storeFull, storeLock } from './store.js';
 
@@ -22,6 +23,7 @@ export const NEMESES: readonly Nemesis[] = [
   storeFull,
   storeLock,
   cursorRace,
+  replayRace,
   feedDialect,
   upstreamErrors,
 ];
