@@ -72,6 +72,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
             (await readSinkPositions(config, { sourceState, admin, positions }, { counts })).views
         : undefined,
       sinkPairs: sinkPositionPairs(config),
+      redis: config.queue.driver === 'bullmq',
       logger,
     });
     release.add('metrics', () => metrics.close());

@@ -95,7 +95,7 @@ function resolveModulePath(specifier: string, dir: string): string {
 function readSecretFiles(raw: Record<string, unknown>, dir: string): Record<string, unknown> {
   const issues: ConfigIssue[] = [];
   const out: Record<string, unknown> = { ...raw };
-  if (isRecord(raw.queue)) out.queue = readSecretFile(raw.queue, 'redis_url', 'queue', dir, issues);
+  if (isRecord(raw.queue)) out.queue = queueFiles(raw.queue, dir, issues);
   if (Array.isArray(raw.sources)) {
     out.sources = raw.sources.map((source, i) =>
       isRecord(source) ? sourceFiles(source, joinPath('sources', i), dir, issues) : source,
@@ -116,6 +116,17 @@ function readSecretFiles(raw: Record<string, unknown>, dir: string): Record<stri
   }
   if (issues.length > 0) throw toConfigError(issues);
   return out;
+}
+
+/** The queue's `redis_url` from `redis_url_file`; the PEM paths of `redis_tls` made absolute. */
+function queueFiles(
+  queue: Record<string, unknown>,
+  dir: string,
+  issues: ConfigIssue[],
+): Record<string, unknown> {
+  const out = readSecretFile(queue, 'redis_url', 'queue', dir, issues);
+  if (!isRecord(out.redis_tls)) return out;
+  return { ...out, redis_tls: pemFiles(out.redis_tls, joinPath('queue', 'redis_tls'), dir, issues) };
 }
 
 /** A source's secrets (`password`, `proxy`) from their `*_file`s; its PEM paths made absolute. */

@@ -96,10 +96,19 @@ const sourceSchema = z.strictObject({
   key_file: nonEmpty.optional(),
 });
 
+const redisTlsSchema = z.strictObject({
+  ca_file: nonEmpty.optional(),
+  cert_file: nonEmpty.optional(),
+  key_file: nonEmpty.optional(),
+  servername: nonEmpty.optional(),
+  reject_unauthorized: z.boolean().default(true),
+});
+
 const queueSchema = z
   .strictObject({
     driver: z.enum(['local', 'bullmq']).default('local'),
     redis_url: redisUrl.optional(),
+    redis_tls: redisTlsSchema.optional(),
     prefix: nonEmpty.default('feedsync'),
     attempts: atLeastOne.default(10),
     backoff_ms: durationMs.default(1000),
@@ -116,6 +125,22 @@ const queueSchema = z
   .superRefine((queue, ctx) => {
     if (queue.driver === 'bullmq' && queue.redis_url === undefined) {
       ctx.addIssue({ code: 'custom', path: ['redis_url'], message: 'required when queue.driver is bullmq' });
+    }
+    const tls = queue.redis_tls;
+    // Silently speaking plain TCP with TLS settings present would send the password in clear.
+    if (tls && queue.redis_url !== undefined && parseUrl(queue.redis_url)?.protocol !== 'rediss:') {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['redis_tls'],
+        message: 'needs a rediss:// queue.redis_url (redis:// is plain TCP)',
+      });
+    }
+    if (tls && (tls.cert_file === undefined) !== (tls.key_file === undefined)) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['redis_tls', tls.cert_file === undefined ? 'cert_file' : 'key_file'],
+        message: 'cert_file and key_file go together (a client certificate needs its key)',
+      });
     }
     if (queue.lease_ttl_ms < 1000) {
       ctx.addIssue({ code: 'custom', path: ['lease_ttl_ms'], message: 'must be at least 1000 (1 s)' });

@@ -49,9 +49,24 @@ export type { PostgresSinkConfig } from '../sinks/postgres.js';
 export type { SqliteSinkConfig } from '../sinks/sqlite-mirror.js';
 export type { WebhookSinkConfig } from '../sinks/webhook.js';
 
+/** bullmq over `rediss://`: whom to trust and which client certificate to present. */
+export interface RedisTlsConfig {
+  /** PEM CA bundle (absolute path once loaded); replaces the system trust store for Redis. */
+  ca_file?: string;
+  /** Client certificate and its key (PEM), for a server with `tls-auth-clients yes`. */
+  cert_file?: string;
+  key_file?: string;
+  /** Host name to verify the certificate against (and to send as SNI) instead of the URL's host. */
+  servername?: string;
+  /** false: encrypt without verifying the server's certificate (never in production). */
+  reject_unauthorized: boolean;
+}
+
 export interface QueueConfig {
   driver: 'local' | 'bullmq';
   redis_url?: string;
+  /** bullmq: TLS settings for a `rediss://` redis_url; absent, rediss:// trusts the system CAs. */
+  redis_tls?: RedisTlsConfig;
   prefix: string;
   attempts: number;
   backoff_ms: number;

@@ -13,6 +13,22 @@ export type FeedAnomalyKind = (typeof FEED_ANOMALY_KINDS)[number];
 
 export type DeliveryOutcome = 'ok' | 'retry' | 'dead';
 
+/**
+ * What went wrong talking to Redis (scaled mode), by what the operator has to do about it:
+ * credentials, an ACL permission, a cluster node or a replica instead of a standalone primary,
+ * the network, TLS, or anything else. See src/queue/bullmq/redis-errors.ts.
+ */
+export const REDIS_ERROR_KINDS = [
+  'wrongpass',
+  'noperm',
+  'moved',
+  'readonly',
+  'unreachable',
+  'tls',
+  'other',
+] as const;
+export type RedisErrorKind = (typeof REDIS_ERROR_KINDS)[number];
+
 export interface PipelineEventMap {
   /** One HTTP exchange with an upstream (after digest handling; one per attempt). */
   'http:response': { source: string; kind: 'feed' | 'subject'; code: string };
@@ -75,6 +91,8 @@ export interface PipelineEventMap {
     key: string;
     error?: unknown;
   };
+  /** A Redis connection or command failed (scaled mode); one per failure, logged or not. */
+  'redis:error': { kind: RedisErrorKind };
 }
 
 export type PipelineEventName = keyof PipelineEventMap;

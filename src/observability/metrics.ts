@@ -3,7 +3,7 @@
 // scrape time from the queue's own counts.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { REFUSAL_REASONS } from '../core/errors.js';
-import { FEED_ANOMALY_KINDS, type PipelineEvents } from '../core/events.js';
+import { FEED_ANOMALY_KINDS, REDIS_ERROR_KINDS, type PipelineEvents } from '../core/events.js';
 import type { SinkJobCounts } from '../queue/queue.js';
 import { SINK_STATES, type SinkPositionView } from '../queue/sink-positions.js';
 import type { Logger } from './logger.js';
@@ -32,6 +32,8 @@ export interface MetricsOptions {
    * counters start at 0 for those whose source is in `sources` (this process polls it).
    */
   sinkPairs?: { source: string; sink: string }[];
+  /** The process talks to Redis (bullmq driver): feedsync_redis_errors_total starts at 0 per kind. */
+  redis?: boolean;
   logger?: Logger;
 }
 
@@ -210,6 +212,14 @@ export function createMetrics(opts: MetricsOptions): Metrics {
     buckets: END_TO_END_BUCKETS,
     registers,
   });
+
+  const redisErrors = new Counter({
+    name: 'feedsync_redis_errors_total',
+    help: 'Redis connection and command failures (bullmq driver), by kind: wrongpass, noperm, moved, readonly, unreachable, tls, other.',
+    labelNames: ['kind'] as const,
+    registers,
+  });
+  if (opts.redis) for (const kind of REDIS_ERROR_KINDS) redisErrors.inc({ kind }, 0);
 
   const counts = opts.queueCounts ? createCountsCache(opts.queueCounts, 1000, opts.logger) : undefined;
   const queueJobs = new Gauge({
@@ -392,6 +402,7 @@ export function createMetrics(opts: MetricsOptions): Metrics {
       }
       subjectGone.inc({ source: e.source }, e.gone);
     }),
+    events.on('redis:error', (e) => redisErrors.inc({ kind: e.kind })),
     events.on('delivery:finished', (e) => {
       deliveriesTotal.inc({ sink: e.sink, outcome: e.outcome });
       if (Number.isFinite(e.durationSeconds)) deliveryDuration.observe({ sink: e.sink }, e.durationSeconds);

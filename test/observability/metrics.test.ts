@@ -269,6 +269,24 @@ describe('metrics over /metrics', () => {
     expect(sampleValue(samples, 'feedsync_polls_total', { source: 'a', outcome: 'ok' })).toBe(1);
   });
 
+  it('counts redis:error events by kind, every kind from 0 when the process talks to Redis', async () => {
+    const events = new PipelineEvents();
+    const metrics = createMetrics({ events, sources: [], sinks: [], version: 'x', redis: true });
+    events.emit('redis:error', { kind: 'noperm' });
+    events.emit('redis:error', { kind: 'noperm' });
+    events.emit('redis:error', { kind: 'unreachable' });
+    const text = await metrics.registry.metrics();
+    metrics.close();
+    const samples = parseSamples(text);
+    expect(metricFamilies(text).get('feedsync_redis_errors_total')).toBe('counter');
+    expect(sampleValue(samples, 'feedsync_redis_errors_total', { kind: 'noperm' })).toBe(2);
+    expect(sampleValue(samples, 'feedsync_redis_errors_total', { kind: 'unreachable' })).toBe(1);
+    for (const kind of ['wrongpass', 'moved', 'readonly', 'tls', 'other'])
+      expect(sampleValue(samples, 'feedsync_redis_errors_total', { kind }), kind).toBe(0);
+    const check = promtool(['check', 'metrics'], text);
+    expect(check.output).toBe('');
+  });
+
   it('declares every README metric with its type and passes promtool check metrics', async () => {
     stack = await startStack({
       queueCounts: async () => ({ file: counts(1, 1), hook: counts(2, 2) }),

@@ -16,14 +16,17 @@ import {
 } from '../../src/queue/bullmq/names.js';
 import { createBullmqProducer } from '../../src/queue/bullmq/producer.js';
 import {
-  assertRedisPersists,
-  checkRedisPolicy,
   closeRedis,
   createRedisConnection,
   pingRedis,
-  readRedisPersistence,
   redactRedisUrl,
 } from '../../src/queue/bullmq/redis.js';
+import {
+  assertRedisPersists,
+  checkRedisPolicy,
+  readRedisPersistence,
+  redisAllowsInfo,
+} from '../../src/queue/bullmq/redis-preflight.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
 import { ANY, makeChange, queueConfig, silentLogger } from './support.js';
 
@@ -198,6 +201,37 @@ describe('queue naming', () => {
     } finally {
       client.disconnect();
       await managed.stop();
+    }
+  });
+
+  it('cannot tell without CONFIG GET and INFO, and then warns instead of refusing to start', async () => {
+    const client = new Redis(redis.url);
+    try {
+      await client.acl('SETUSER', 'blind', 'on', '>pw', '~*', '&*', '+@all', '-config', '-info');
+      const url = `redis://blind:pw@127.0.0.1:${redis.port}`;
+      // As the driver passes it once it knows INFO is refused (no ioredis ready check).
+      const endpoint = { url, infoRefused: true };
+      expect(await readRedisPersistence(endpoint, silentLogger)).toEqual({
+        persists: undefined,
+        detail: 'this Redis user may run neither CONFIG GET nor INFO',
+      });
+      const loud = capture();
+      await expect(assertRedisPersists(endpoint, false, loud.logger)).resolves.toBeUndefined();
+      const warned = loud.lines.filter((l) => l.includes('"level":40'));
+      expect(warned).toHaveLength(1);
+      expect(warned[0]).toMatch(
+        /cannot tell whether Redis persists its data.*queue\.allow_volatile_redis: true/,
+      );
+      // Said to be fine: no warning.
+      const quiet = capture();
+      await assertRedisPersists(endpoint, true, quiet.logger);
+      expect(quiet.lines.filter((l) => l.includes('"level":40'))).toEqual([]);
+      // And INFO refused is detected (the driver then turns BullMQ's and ioredis' INFO checks off).
+      expect(await redisAllowsInfo(url, silentLogger)).toBe(false);
+      expect(await redisAllowsInfo(redis.url, silentLogger)).toBe(true);
+    } finally {
+      await client.acl('DELUSER', 'blind');
+      client.disconnect();
     }
   });
 });

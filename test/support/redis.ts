@@ -10,6 +10,9 @@ export interface RedisServer {
   /** redis://127.0.0.1:PORT */
   url: string;
   port: number;
+  /** With `tls`: rediss://127.0.0.1:TLS_PORT (with the password, if any) and that port. */
+  tlsUrl?: string;
+  tlsPort?: number;
   /** Graceful shutdown (SIGTERM: with appendonly the AOF is flushed). Idempotent. */
   stop(): Promise<void>;
   /** stop + start on the same port and dir; data is kept (AOF, or the RDB a graceful stop saves). */
@@ -28,6 +31,22 @@ export interface StartRedisOptions {
   snapshots?: boolean;
   /** Require this password (AUTH); `url` then carries it. Local redis-server only. */
   requirepass?: string;
+  /** Serve TLS too, on another port (the plain one stays, for setup). Local redis-server only. */
+  tls?: RedisTlsFiles;
+}
+
+export interface RedisTlsFiles {
+  /** PEM files: the server's certificate and key, and the CA client certificates must chain to. */
+  certFile: string;
+  keyFile: string;
+  caFile: string;
+  /** Require a client certificate (`tls-auth-clients yes`); default no. */
+  authClients?: boolean;
+}
+
+interface LocalExtras {
+  requirepass?: string;
+  tls?: RedisTlsFiles;
 }
 
 const REDIS_BIN_CANDIDATES = ['/usr/bin/redis-server', '/usr/local/bin/redis-server'];
@@ -37,7 +56,7 @@ const STOP_TIMEOUT_MS = 5_000;
 export async function startRedis(opts: StartRedisOptions = {}): Promise<RedisServer> {
   const bin = findRedisBinary();
   const persistence = { appendonly: opts.appendonly ?? false, snapshots: opts.snapshots ?? true };
-  if (bin) return startLocal(bin, persistence, opts.requirepass);
+  if (bin) return startLocal(bin, persistence, { requirepass: opts.requirepass, tls: opts.tls });
   if (process.env.DOCKER_HOST || existsSync('/var/run/docker.sock')) return startContainer(persistence);
   throw new Error(
     'no Redis available for tests: install redis-server (apt-get install -y redis-server) or make Docker reachable',
@@ -61,15 +80,18 @@ function persistenceArgs(p: Persistence): string[] {
   return ['--save', p.snapshots ? '3600 1' : '', '--appendonly', p.appendonly ? 'yes' : 'no'];
 }
 
-async function startLocal(bin: string, persistence: Persistence, requirepass?: string): Promise<RedisServer> {
+async function startLocal(bin: string, persistence: Persistence, extras: LocalExtras): Promise<RedisServer> {
+  const { requirepass } = extras;
   const dir = mkdtempSync(join(tmpdir(), 'feedsync-redis-'));
   let child: ChildProcess | undefined;
   let port = 0;
+  let tlsPort: number | undefined;
   // Another process can grab the port between our probe and redis binding it: retry a few times.
   for (let attempt = 0; attempt < 5 && !child; attempt++) {
     port = await freePort();
+    tlsPort = extras.tls ? await freePort() : undefined;
     try {
-      child = await spawnRedis(bin, port, dir, persistence, requirepass);
+      child = await spawnRedis(bin, port, dir, persistence, extras, tlsPort);
     } catch (err) {
       if (attempt === 4) {
         rmSync(dir, { recursive: true, force: true });
@@ -83,11 +105,11 @@ async function startLocal(bin: string, persistence: Persistence, requirepass?: s
     removed = true;
     rmSync(dir, { recursive: true, force: true });
   };
+  const auth = requirepass ? `:${encodeURIComponent(requirepass)}@` : '';
   const server: RedisServer = {
-    url: requirepass
-      ? `redis://:${encodeURIComponent(requirepass)}@127.0.0.1:${port}`
-      : `redis://127.0.0.1:${port}`,
+    url: `redis://${auth}127.0.0.1:${port}`,
     port,
+    ...(tlsPort !== undefined && { tlsUrl: `rediss://${auth}127.0.0.1:${tlsPort}`, tlsPort }),
     async stop() {
       await stopChild(child);
       child = undefined;
@@ -95,7 +117,7 @@ async function startLocal(bin: string, persistence: Persistence, requirepass?: s
     },
     async restart() {
       await stopChild(child);
-      child = await spawnRedis(bin, port, dir, persistence, requirepass);
+      child = await spawnRedis(bin, port, dir, persistence, extras, tlsPort);
     },
     kill() {
       child?.kill('SIGKILL');
@@ -110,8 +132,10 @@ function spawnRedis(
   port: number,
   dir: string,
   persistence: Persistence,
-  requirepass?: string,
+  extras: LocalExtras,
+  tlsPort?: number,
 ): Promise<ChildProcess> {
+  const { requirepass, tls } = extras;
   const args = [
     '--port',
     String(port),
@@ -125,6 +149,20 @@ function spawnRedis(
     '--loglevel',
     'warning',
     ...(requirepass ? ['--requirepass', requirepass] : []),
+    ...(tls && tlsPort !== undefined
+      ? [
+          '--tls-port',
+          String(tlsPort),
+          '--tls-cert-file',
+          tls.certFile,
+          '--tls-key-file',
+          tls.keyFile,
+          '--tls-ca-cert-file',
+          tls.caFile,
+          '--tls-auth-clients',
+          tls.authClients ? 'yes' : 'no',
+        ]
+      : []),
   ];
   const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';

@@ -17,7 +17,7 @@ import {
   shardOf,
   shardQueueName,
 } from './names.js';
-import { closeRedis, createRedisConnection, redactRedisUrl, requireRedisUrl } from './redis.js';
+import { closeRedis, createRedisConnection, redactRedisUrl, redisEndpoint } from './redis.js';
 import { retrySliceJobId, sliceJobOptions, type ChangeSlice } from './slice.js';
 
 export interface BullmqAdminOptions {
@@ -47,7 +47,7 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
   for (const sink of opts.sinkNames) assertSinkName(sink);
   const logger = opts.logger ?? pino({ level: 'silent' });
   const ownConnection = !opts.connection;
-  const connection = opts.connection ?? createRedisConnection(requireRedisUrl(opts.queue), 'admin', logger);
+  const connection = opts.connection ?? createRedisConnection(redisEndpoint(opts.queue), 'admin', logger);
   const prefix = bullPrefix(opts.queue.prefix);
   const jobOptions = sliceJobOptions(opts.queue);
   const queuesBySink = new Map<string, SinkQueues>();

@@ -45,7 +45,8 @@ import type { DeliveryRunner, SinkRuntime } from '../queue.js';
 import { buryFailedSlice, buryFailedSlices, openDeadQueue, type DeadChange } from './dead-letters.js';
 import { settledWithin } from './hand-back.js';
 import { assertSinkName, bullPrefix, shardIndexes, shardQueueName } from './names.js';
-import { closeRedis, createRedisConnection, requireRedisUrl } from './redis.js';
+import { closeRedis, createRedisConnection, redisEndpoint } from './redis.js';
+import { warnRedisFailure } from './redis-monitor.js';
 import { Semaphore, SemaphoreClosedError } from '../../semaphore.js';
 import { defaultOwner } from './lease.js';
 import { ShardLeases, type ShardLease } from './shard-lease.js';
@@ -163,8 +164,8 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
   }
 
   async function startWorkers(): Promise<void> {
-    connection = createRedisConnection(requireRedisUrl(config), 'worker', opts.logger);
-    leaseConnection = createRedisConnection(requireRedisUrl(config), 'lock', opts.logger);
+    connection = createRedisConnection(redisEndpoint(config), 'worker', opts.logger);
+    leaseConnection = createRedisConnection(redisEndpoint(config), 'lock', opts.logger);
     shardLeases = new ShardLeases({
       connection: leaseConnection,
       prefix: config.prefix,
@@ -218,8 +219,9 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
           lockDuration: config.lease_ttl_ms,
           stalledInterval: Math.max(500, Math.floor(config.lease_ttl_ms / 2)),
         });
+        // Every shard's worker reports the same outage or refusal: one line, then a count.
         worker.on('error', (err: Error) =>
-          logger.warn({ queue: name, err: errorMessage(err) }, 'worker error'),
+          warnRedisFailure(connection, logger, err, { queue: name }, 'worker error'),
         );
         worker.on('failed', (job: Job | undefined) => {
           if (job) void buryFailed(ctx, job);

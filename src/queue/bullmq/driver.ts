@@ -10,15 +10,14 @@ import { holdSource } from './source-hold.js';
 import { producerSinks } from '../sink-positions.js';
 import { redisPositionsAdmin } from './positions-admin.js';
 import { createBullmqProducer, type BullmqProducer } from './producer.js';
+import { closeRedis, createRedisConnection, openRedisEndpoint } from './redis.js';
 import {
   assertRedisCredentials,
   assertRedisPersists,
   checkRedisPolicy,
-  closeRedis,
-  createRedisConnection,
-  pingRedis,
-  requireRedisUrl,
-} from './redis.js';
+  redisAllowsInfo,
+} from './redis-preflight.js';
+import { redisReadinessCheck } from './redis-readiness.js';
 import { createRedisSourceState } from './source-state.js';
 
 export type BullmqDriver = QueueDriver & {
@@ -31,21 +30,26 @@ export async function createBullmqDriver(
   opts: { owner?: string } = {},
 ): Promise<BullmqDriver> {
   const { config, mode, logger } = ctx;
-  const url = requireRedisUrl(config.queue);
+  // Every connection below (the producer's, admin's and delivery's too) shares this endpoint: its
+  // TLS settings and one monitor that counts, logs and remembers Redis failures for /readyz.
+  const endpoint = openRedisEndpoint(config.queue, { logger, events: ctx.events });
   const prefix = config.queue.prefix;
   const polls = mode === 'run' || mode === 'poll';
   const delivers = mode === 'run' || mode === 'work';
-  await assertRedisCredentials(url, logger);
-  if (mode !== 'ops') await checkRedisPolicy(url, logger);
+  await assertRedisCredentials(endpoint, logger);
+  endpoint.infoRefused = !(await redisAllowsInfo(endpoint, logger));
+  if (mode !== 'ops') await checkRedisPolicy(endpoint, logger);
   // Before anything is read: a Redis that forgets would silently restart every source.
-  if (polls) await assertRedisPersists(url, config.queue.allow_volatile_redis, logger);
+  if (polls) await assertRedisPersists(endpoint, config.queue.allow_volatile_redis, logger);
 
   const releasers: (() => Promise<void>)[] = [];
+  // Last out (releasers run in reverse): the counts of repeated warnings are logged once all is shut.
+  releasers.push(async () => endpoint.monitor?.close());
   const close = async (): Promise<void> => {
     for (const release of releasers.splice(0).reverse()) await release().catch(() => undefined);
   };
   try {
-    const stateConnection = createRedisConnection(url, 'admin', logger);
+    const stateConnection = createRedisConnection(endpoint, 'admin', logger);
     releasers.push(() => closeRedis(stateConnection));
     const admin = createBullmqAdmin({
       queue: config.queue,
@@ -59,7 +63,7 @@ export async function createBullmqDriver(
     let producer: BullmqProducer | undefined;
     if (polls) {
       const l = createRedisSourceLeases({
-        redisUrl: url,
+        redisUrl: endpoint,
         prefix,
         sources: config.sources.map((s) => s.name),
         ttlMs: config.queue.lease_ttl_ms,
@@ -120,7 +124,7 @@ export async function createBullmqDriver(
         config.sources.map((s) => s.name),
         producerSinks(config),
       ),
-      checks: { redis: () => pingRedis(stateConnection, logger) },
+      checks: { redis: redisReadinessCheck(stateConnection, endpoint.monitor) },
       leading: () => leases?.held() ?? [],
       close,
     };

@@ -11,17 +11,29 @@ export {
 } from './lease.js';
 export { createRedisSourceState } from './source-state.js';
 export {
-  assertRedisCredentials,
-  checkRedisPolicy,
   closeRedis,
   createRedisConnection,
-  assertRedisPersists,
+  openRedisEndpoint,
   pingRedis,
-  readRedisPersistence,
   redactRedisUrl,
+  redisEndpoint,
   requireRedisUrl,
+  type RedisEndpoint,
   type RedisRole,
 } from './redis.js';
+export {
+  assertRedisCredentials,
+  assertRedisPersists,
+  checkRedisPolicy,
+  readRedisPersistence,
+  redisAllowsInfo,
+} from './redis-preflight.js';
+export {
+  classifyRedisError,
+  redisErrorHint,
+  REDIS_ERROR_KINDS,
+  type RedisErrorKind,
+} from './redis-errors.js';
 export {
   bullPrefix,
   deadQueueName,

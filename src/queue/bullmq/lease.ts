@@ -11,7 +11,8 @@ import { sleep } from '../../backoff.js';
 import { FeedsyncError, errorMessage } from '../../core/errors.js';
 import type { HeldLease, SourceLeases } from '../driver.js';
 import { leaseKey, leaseTokenKey, pollersKey } from './names.js';
-import { closeRedis, createRedisConnection } from './redis.js';
+import { closeRedis, createRedisConnection, type RedisEndpoint } from './redis.js';
+import { warnRedisFailure } from './redis-monitor.js';
 import { ACQUIRE, ownerOf, RELEASE, RENEW } from './lease-scripts.js';
 import { handOverCandidate, Replicas } from './replicas.js';
 import { holdSource } from './source-hold.js';
@@ -38,7 +39,8 @@ export interface RedisSourceLeases extends SourceLeases {
 }
 
 export interface RedisLeasesOptions {
-  redisUrl: string;
+  /** A URL, or the driver's endpoint (TLS settings, shared monitor). */
+  redisUrl: string | RedisEndpoint;
   /** queue.prefix (without braces). */
   prefix: string;
   /** Every source the replicas share, for the fair share. */
@@ -78,6 +80,11 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
   const logger = opts.logger;
   const ownConnection = !opts.connection;
   const client = opts.connection ?? createRedisConnection(opts.redisUrl, 'lock', logger);
+  // Retried failures repeat at every beat and retry (several a second): logged through the
+  // connection's monitor, once and then with a count, and named by kind (not "cannot reach" for a
+  // refused permission).
+  const warn = (err: unknown, fields: Record<string, unknown>, msg: string): void =>
+    warnRedisFailure(client, logger, err, fields, msg);
   const replicas = new Replicas(client, pollersKey(opts.prefix), owner, ttl);
   // Standbys retry often enough that a takeover comes well within a second of the expiry.
   const retryMs = Math.min(1_000, Math.floor(ttl / 4));
@@ -99,7 +106,7 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
       // Past the TTL the key may have expired and been taken: we can no longer claim to hold it.
       if (Date.now() - lease.lastRenewed >= ttl)
         markLost(source, `cannot renew within ${ttl} ms: ${errorMessage(err)}`);
-      else logger.warn({ source, err: errorMessage(err) }, 'cannot renew source lease; will retry');
+      else warn(err, { source }, 'cannot renew source lease; will retry');
     }
   }
 
@@ -121,7 +128,7 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
     try {
       await replicas.beat();
     } catch (err) {
-      logger.warn({ err: errorMessage(err) }, 'cannot reach redis for the poller heartbeat; will retry');
+      warn(err, {}, 'cannot write the poller heartbeat to redis; will retry');
     }
     await Promise.all([...held].map(([source, lease]) => renew(source, lease)));
     rebalance();
@@ -218,10 +225,7 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
           onWait(waitingFor);
         }
       } catch (err) {
-        logger.warn(
-          { source, err: errorMessage(err) },
-          `cannot reach redis to lease source ${source}; retrying`,
-        );
+        warn(err, { source }, `cannot lease source ${source} in redis; retrying`);
       }
       if (!(await sleep(retryMs, signal))) return undefined;
     }

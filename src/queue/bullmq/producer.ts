@@ -39,7 +39,7 @@ import {
   type PlannedSlice,
 } from './page-commit.js';
 import { readLagging } from './positions-admin.js';
-import { closeRedis, createRedisConnection, requireRedisUrl } from './redis.js';
+import { closeRedis, createRedisConnection, redisEndpoint } from './redis.js';
 import { sliceJobId, sliceJobOptions, type ChangeSlice } from './slice.js';
 
 export interface BullmqProducerOptions {
@@ -115,8 +115,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
   const config = opts.queue;
   for (const sink of opts.sinks) assertSinkName(sink.name);
   const ownConnection = !opts.connection;
-  const connection =
-    opts.connection ?? createRedisConnection(requireRedisUrl(config), 'producer', opts.logger);
+  const connection = opts.connection ?? createRedisConnection(redisEndpoint(config), 'producer', opts.logger);
   const prefix = bullPrefix(config.prefix);
   const shards = shardIndexes(config.shards);
   const addTimeoutMs = opts.addTimeoutMs ?? DEFAULT_ADD_TIMEOUT_MS;
@@ -124,7 +123,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
   // Commits WATCH the lease token, which needs a connection nothing else runs transactions on.
   const commitConnection = opts.connection
     ? opts.connection.duplicate()
-    : createRedisConnection(requireRedisUrl(config), 'producer', opts.logger);
+    : createRedisConnection(redisEndpoint(config), 'producer', opts.logger);
   const committer = createPageCommitter({ connection: commitConnection, prefix: config.prefix, jobOptions });
 
   const sinks = opts.sinks.map((sink) => ({

@@ -1,10 +1,15 @@
 // Redis connections for the BullMQ driver. Each role gets the ioredis options its failure mode
-// needs, and nothing here ever prints the URL with its password.
+// needs, every connection of a process shares its endpoint (URL, TLS settings, error monitor), and
+// nothing here ever prints the URL with its password.
 import { Redis, type RedisOptions } from 'ioredis';
-import { connect as netConnect } from 'node:net';
+import type { ConnectionOptions } from 'node:tls';
 import type { Logger } from 'pino';
 import type { QueueConfig } from '../../config/types.js';
-import { FeedsyncError, errorMessage } from '../../core/errors.js';
+import { FeedsyncError } from '../../core/errors.js';
+import type { PipelineEvents } from '../../core/events.js';
+import { classifyRedisError } from './redis-errors.js';
+import { createRedisMonitor, instrumentRedis, type RedisMonitor } from './redis-monitor.js';
+import { redisTlsOptions } from './redis-tls.js';
 
 /**
  * - worker: commands wait through an outage (BullMQ requires `maxRetriesPerRequest: null` for
@@ -35,7 +40,7 @@ export function redactRedisUrl(url: string): string {
   }
 }
 
-function parseRedisUrl(url: string): URL {
+export function parseRedisUrl(url: string): URL {
   let parsed: URL;
   try {
     parsed = new URL(url);
@@ -77,23 +82,88 @@ const ROLE_OPTIONS: Record<RedisRole, RedisOptions> = {
   },
 };
 
+/** Where and how every connection of a process reaches Redis. */
+export interface RedisEndpoint {
+  url: string;
+  /** node:tls options from queue.redis_tls (ioredis' `tls`); absent: rediss:// alone, system CAs. */
+  tls?: ConnectionOptions;
+  /** Shared by all connections of the process (set by the driver; else one per connection). */
+  monitor?: RedisMonitor;
+  /**
+   * This user may not run INFO (managed Redis; set by the driver). ioredis' ready check and
+   * BullMQ's version check both run INFO on every new connection: they are turned off then.
+   */
+  infoRefused?: boolean;
+}
+
+// One endpoint per loaded queue config: its TLS files are read once, and the connections the
+// producer, admin and delivery make from the same config share the driver's monitor.
+const endpoints = new WeakMap<Pick<QueueConfig, 'redis_url' | 'redis_tls'>, RedisEndpoint>();
+
+/** The endpoint of `config` (built, TLS files read and checked, on first use). */
+export function redisEndpoint(config: Pick<QueueConfig, 'redis_url' | 'redis_tls'>): RedisEndpoint {
+  let endpoint = endpoints.get(config);
+  if (!endpoint) {
+    const url = requireRedisUrl(config);
+    parseRedisUrl(url);
+    const tls = redisTlsOptions(config.redis_tls);
+    endpoint = tls ? { url, tls } : { url };
+    endpoints.set(config, endpoint);
+  }
+  return endpoint;
+}
+
 /**
- * A new ioredis connection for `role`. Errors are logged (throttled, URL redacted) rather than
- * left as unhandled 'error' events; reconnection is ioredis' own (it retries forever).
+ * The endpoint of `config` with this process's monitor: failures counted as `redis:error` events
+ * and logged through one rate limit, whichever connection sees them. Called once by the driver.
  */
-export function createRedisConnection(url: string, role: RedisRole, logger: Logger): Redis {
-  parseRedisUrl(url);
-  const client = new Redis(url, { ...ROLE_OPTIONS[role], lazyConnect: false });
-  const where = redactRedisUrl(url);
-  let lastLogged = 0;
-  client.on('error', (err: unknown) => {
-    const now = Date.now();
-    // A down Redis emits an error per reconnect attempt; one line every 10 s is enough.
-    if (now - lastLogged < 10_000) return;
-    lastLogged = now;
-    logger.warn({ redis: where, role, err: errorMessage(err) }, 'redis connection error');
+export function openRedisEndpoint(
+  config: Pick<QueueConfig, 'redis_url' | 'redis_tls'>,
+  opts: { logger: Logger; events?: PipelineEvents },
+): RedisEndpoint {
+  const endpoint = redisEndpoint(config);
+  endpoint.monitor = createRedisMonitor({
+    logger: opts.logger,
+    events: opts.events,
+    where: redactRedisUrl(endpoint.url),
   });
-  return client;
+  return endpoint;
+}
+
+/**
+ * A replica refuses writes with READONLY. Behind a DNS name that a failover moved to the new
+ * primary (managed Redis), a new connection reaches the primary: reconnect, without re-sending
+ * the refused command (callers retry, as after any failure; fenced writes must not be re-sent).
+ */
+function reconnectOnError(err: Error): 1 | false {
+  return classifyRedisError(err) === 'readonly' ? 1 : false;
+}
+
+/**
+ * A new ioredis connection for `role`. Errors are classified, counted and logged (rate-limited,
+ * URL redacted) by the endpoint's monitor rather than left as unhandled 'error' events;
+ * reconnection is ioredis' own (it retries forever).
+ */
+export function createRedisConnection(
+  target: string | RedisEndpoint,
+  role: RedisRole,
+  logger: Logger,
+): Redis {
+  const endpoint = typeof target === 'string' ? { url: target } : target;
+  parseRedisUrl(endpoint.url);
+  // Without INFO, ioredis' ready check would print a warning to stderr on every connection (and
+  // skip itself); skipVersionCheck is BullMQ's option, which it reads from the connection's options
+  // (ioredis keeps options it does not know, and duplicates copy them).
+  const options: RedisOptions & { skipVersionCheck?: boolean } = {
+    ...ROLE_OPTIONS[role],
+    lazyConnect: false,
+    reconnectOnError,
+    ...(endpoint.tls && { tls: endpoint.tls }),
+    ...(endpoint.infoRefused && { enableReadyCheck: false, skipVersionCheck: true }),
+  };
+  const client = new Redis(endpoint.url, options);
+  const monitor = endpoint.monitor ?? createRedisMonitor({ logger, where: redactRedisUrl(endpoint.url) });
+  return instrumentRedis(client, role, monitor);
 }
 
 /** Close a connection without waiting on a dead server: QUIT when connected, else disconnect. */
@@ -118,13 +188,16 @@ function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms).unref());
 }
 
-/** Run `fn` on `target`; a URL gets a temporary admin connection that is closed afterwards. */
-async function withClient<T>(
-  target: string | Redis,
+/** A Redis URL or endpoint to connect to, or a connection to use as it is. */
+export type RedisTarget = string | RedisEndpoint | Redis;
+
+/** Run `fn` on `target`; a URL or endpoint gets a temporary admin connection closed afterwards. */
+export async function withClient<T>(
+  target: RedisTarget,
   logger: Logger,
   fn: (client: Redis) => Promise<T>,
 ): Promise<T> {
-  if (typeof target !== 'string') return fn(target);
+  if (target instanceof Redis) return fn(target);
   const client = createRedisConnection(target, 'admin', logger);
   try {
     return await fn(client);
@@ -134,11 +207,11 @@ async function withClient<T>(
 }
 
 /** PING with a deadline: true when Redis answered PONG (for /readyz). */
-export async function pingRedis(target: string | Redis, logger: Logger, timeoutMs = 2_000): Promise<boolean> {
+export async function pingRedis(target: RedisTarget, logger: Logger, timeoutMs = 2_000): Promise<boolean> {
   return withClient(target, logger, (client) => pingClient(client, timeoutMs));
 }
 
-async function pingClient(client: Redis, timeoutMs: number): Promise<boolean> {
+export async function pingClient(client: Redis, timeoutMs: number): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;
   try {
     const answer = await Promise.race([
@@ -155,152 +228,9 @@ async function pingClient(client: Redis, timeoutMs: number): Promise<boolean> {
   }
 }
 
-/**
- * BullMQ loses jobs if Redis evicts keys; warn when the server may. Managed Redis often disables
- * CONFIG: that is reported at debug level, not as a failure.
- */
-export async function checkRedisPolicy(target: string | Redis, logger: Logger): Promise<string | undefined> {
-  return withClient(target, logger, (client) => readPolicy(client, logger));
-}
-
-async function readPolicy(client: Redis, logger: Logger): Promise<string | undefined> {
-  let policy: string | undefined;
-  try {
-    const reply = (await client.config('GET', 'maxmemory-policy')) as unknown;
-    if (Array.isArray(reply) && typeof reply[1] === 'string') policy = reply[1];
-  } catch (err) {
-    logger.debug({ err: errorMessage(err) }, 'cannot read redis maxmemory-policy (CONFIG disabled?)');
-    return undefined;
-  }
-  if (policy !== undefined && policy !== 'noeviction') {
-    logger.warn(
-      { maxmemoryPolicy: policy },
-      'redis maxmemory-policy is not noeviction: Redis may evict queued changes under memory pressure',
-    );
-  }
-  return policy;
-}
-
-const AUTH_REJECTED = /WRONGPASS|NOAUTH|invalid password|invalid username/i;
-
-/**
- * Wrong Redis credentials never fix themselves: fail start-up with a clear error instead of
- * reconnecting forever. An unreachable Redis is not an error here (it may come up later; /readyz
- * reports it meanwhile).
- */
-export async function assertRedisCredentials(url: string, logger: Logger, timeoutMs = 5_000): Promise<void> {
-  const parsed = parseRedisUrl(url);
-  // rediss: ioredis' own handshake reports it; a plain socket cannot speak TLS.
-  if (!parsed.password || parsed.protocol === 'rediss:') return;
-  // One raw AUTH over RESP: ioredis retries a refused AUTH forever and reports it only as a
-  // closed connection, which is exactly what start-up must not do.
-  const args = [
-    'AUTH',
-    ...(parsed.username ? [decodeURIComponent(parsed.username)] : []),
-    decodeURIComponent(parsed.password),
-  ];
-  const command = `*${args.length}\r\n${args.map((a) => `$${Buffer.byteLength(a)}\r\n${a}\r\n`).join('')}`;
-  let reply: string;
-  try {
-    reply = await new Promise<string>((resolve, reject) => {
-      const socket = netConnect({ host: parsed.hostname, port: Number(parsed.port || 6379) });
-      socket.setTimeout(timeoutMs, () => socket.destroy(new Error(`no answer within ${timeoutMs} ms`)));
-      socket.once('error', reject);
-      socket.once('connect', () => socket.write(command));
-      socket.once('data', (data: Buffer) => {
-        resolve(data.toString('utf8').split('\r\n')[0]!);
-        socket.end();
-      });
-    });
-  } catch (err) {
-    logger.warn(
-      { redis: redactRedisUrl(url), err: errorMessage(err) },
-      'redis not reachable at start-up; waiting for it',
-    );
-    return;
-  }
-  if (reply.startsWith('-') && AUTH_REJECTED.test(reply))
-    throw new FeedsyncError(
-      `queue.redis_url: Redis at ${redactRedisUrl(url)} rejected the credentials (${reply.slice(1)})`,
-      false,
-    );
-}
-
-export interface RedisPersistence {
-  persists: boolean;
-  /** How it was judged, for the log line and the refusal. */
-  detail: string;
-}
-
-/**
- * Whether Redis keeps its data across a restart: AOF on, or RDB save points set. Managed Redis
- * often forbids CONFIG; INFO persistence then answers: AOF on, or at least one RDB snapshot taken
- * since start (`rdb_saves`, Redis 7+) counts as persisting.
- */
-export async function readRedisPersistence(
-  target: string | Redis,
-  logger: Logger,
-): Promise<RedisPersistence> {
-  return withClient(target, logger, async (client) => {
-    try {
-      const aof = (await client.config('GET', 'appendonly')) as unknown;
-      const save = (await client.config('GET', 'save')) as unknown;
-      const aofOn = Array.isArray(aof) && aof[1] === 'yes';
-      const savePoints = Array.isArray(save) && typeof save[1] === 'string' ? save[1].trim() : '';
-      return {
-        persists: aofOn || savePoints !== '',
-        detail: `CONFIG: appendonly ${aofOn ? 'yes' : 'no'}, save "${savePoints}"`,
-      };
-    } catch (err) {
-      logger.debug({ err: errorMessage(err) }, 'CONFIG GET refused; judging persistence from INFO');
-    }
-    const info = await client.info('persistence');
-    const field = (name: string) => new RegExp(`^${name}:(.*)$`, 'm').exec(info)?.[1]?.trim();
-    const aofOn = field('aof_enabled') === '1';
-    const rdbSaves = Number(field('rdb_saves') ?? '0');
-    return {
-      persists: aofOn || rdbSaves > 0,
-      detail: `INFO persistence: aof_enabled ${aofOn ? 1 : 0}, rdb_saves ${rdbSaves}`,
-    };
-  });
-}
-
-/**
- * Scaled mode keeps cursors in Redis: a Redis that forgets its data on restart would make every
- * poller start over from `start_from`. Refuse to start on one unless the operator said it is fine.
- */
-export async function assertRedisPersists(
-  target: string | Redis,
-  allowVolatile: boolean,
-  logger: Logger,
-): Promise<void> {
-  let found: RedisPersistence;
-  try {
-    found = await readRedisPersistence(target, logger);
-  } catch (err) {
-    // Not knowing is not good enough: starting would read and write cursors on a Redis that may
-    // forget them. The process exits; its supervisor restarts it once Redis answers.
-    throw new FeedsyncError(
-      `cannot check that Redis at ${typeof target === 'string' ? redactRedisUrl(target) : 'queue.redis_url'} persists its data: ${errorMessage(err)}`,
-      true,
-      { cause: err },
-    );
-  }
-  if (found.persists) {
-    logger.info({ persistence: found.detail }, 'redis persists its data');
-    return;
-  }
-  if (allowVolatile) {
-    logger.warn(
-      { persistence: found.detail },
-      'redis does not persist (queue.allow_volatile_redis: true): cursors and queued changes are lost if it restarts',
-    );
-    return;
-  }
-  throw new FeedsyncError(
-    `Redis at ${typeof target === 'string' ? redactRedisUrl(target) : 'queue.redis_url'} does not persist its data (${found.detail}); ` +
-      'feedsync poll keeps its cursors there. Turn on AOF (appendonly yes) or RDB snapshots (save), ' +
-      'or set queue.allow_volatile_redis: true to accept losing them when Redis restarts',
-    false,
-  );
+/** The URL of `target` without credentials, for messages. */
+export function describeTarget(target: RedisTarget): string {
+  if (typeof target === 'string') return redactRedisUrl(target);
+  if (target instanceof Redis) return 'queue.redis_url';
+  return redactRedisUrl(target.url);
 }

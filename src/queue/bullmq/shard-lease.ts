@@ -20,11 +20,11 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { sleep } from '../../backoff.js';
-import { errorMessage } from '../../core/errors.js';
 import type { DeliveryFence } from '../../sinks/sink.js';
 import type { SliceProgress } from './attempts.js';
 import { SELF_EXPIRY } from './lease.js';
 import { ownerOf, RELEASE, RENEW } from './lease-scripts.js';
+import { warnRedisFailure } from './redis-monitor.js';
 
 /** How often a worker asks again for a shard another worker holds. */
 const RETRY_MS = 100;
@@ -122,7 +122,7 @@ export class ShardLeases {
           );
         announced = true;
       } catch (err) {
-        logger.warn({ shard, err: errorMessage(err) }, 'cannot take the shard lease; retrying');
+        warnRedisFailure(connection, logger, err, { shard }, 'cannot take the shard lease; retrying');
       }
       if (!(await sleep(RETRY_MS, signal))) return undefined;
     }

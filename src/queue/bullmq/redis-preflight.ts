@@ -1,0 +1,254 @@
+// What the driver checks before it opens its connections: credentials and TLS (a refusal there
+// never fixes itself, so start-up fails naming it instead of reconnecting forever), whether the
+// user may run INFO, the eviction policy, and whether Redis keeps its data across a restart.
+import { Redis } from 'ioredis';
+import { connect as netConnect, type Socket } from 'node:net';
+import { connect as tlsConnect } from 'node:tls';
+import type { Logger } from 'pino';
+import { FeedsyncError, errorMessage } from '../../core/errors.js';
+import { classifyRedisError, redisErrorHint } from './redis-errors.js';
+import {
+  describeTarget,
+  parseRedisUrl,
+  redactRedisUrl,
+  withClient,
+  type RedisEndpoint,
+  type RedisTarget,
+} from './redis.js';
+
+/** A refusal of the command itself (ACL, or renamed away on managed Redis), not a failure to reach Redis. */
+function refused(err: unknown): boolean {
+  return classifyRedisError(err) === 'noperm' || /unknown command/i.test(errorMessage(err));
+}
+
+/** The code and OpenSSL's reason when there is one (its full message is a source location). */
+function failureText(err: unknown): string {
+  const e = err as { code?: unknown; reason?: unknown };
+  const reason = typeof e?.reason === 'string' ? e.reason : errorMessage(err);
+  return typeof e?.code === 'string' && !reason.includes(e.code) ? `${e.code}: ${reason}` : reason;
+}
+
+/**
+ * Wrong Redis credentials and a TLS setup the server refuses never fix themselves: fail start-up
+ * with an error naming the cause instead of reconnecting forever (ioredis reports a refused AUTH
+ * only as a closed connection, and a TLS failure as one more reconnect). An unreachable Redis is
+ * not an error here (it may come up later; /readyz reports it meanwhile). Over rediss:// the
+ * exchange uses the TLS settings the connections will use, so it fails the same way they would.
+ */
+export async function assertRedisCredentials(
+  target: string | RedisEndpoint,
+  logger: Logger,
+  timeoutMs = 5_000,
+): Promise<void> {
+  const endpoint = typeof target === 'string' ? { url: target } : target;
+  const parsed = parseRedisUrl(endpoint.url);
+  const where = redactRedisUrl(endpoint.url);
+  const tls = parsed.protocol === 'rediss:';
+  if (!parsed.password && !tls) return;
+  // A password is checked with AUTH; over TLS without one, PING shows whether the server wants one.
+  const args = parsed.password
+    ? [
+        'AUTH',
+        ...(parsed.username ? [decodeURIComponent(parsed.username)] : []),
+        decodeURIComponent(parsed.password),
+      ]
+    : ['PING'];
+  const command = `*${args.length}\r\n${args.map((a) => `$${Buffer.byteLength(a)}\r\n${a}\r\n`).join('')}`;
+  let reply: string;
+  try {
+    reply = await exchange(
+      { host: parsed.hostname.replace(/^\[|\]$/g, ''), port: Number(parsed.port || 6379) },
+      tls ? (endpoint.tls ?? {}) : undefined,
+      command,
+      timeoutMs,
+    );
+  } catch (err) {
+    if (classifyRedisError(err) === 'tls')
+      throw new FeedsyncError(
+        `queue.redis_url: TLS with Redis at ${where} failed: ${redisErrorHint(err, 'tls')} (${failureText(err)})`,
+        false,
+        { cause: err },
+      );
+    logger.warn({ redis: where, err: failureText(err) }, 'redis not reachable at start-up; waiting for it');
+    return;
+  }
+  if (reply.startsWith('-') && classifyRedisError(reply) === 'wrongpass')
+    throw new FeedsyncError(
+      parsed.password
+        ? `queue.redis_url: Redis at ${where} rejected the credentials (${reply.slice(1)})`
+        : `queue.redis_url: Redis at ${where} requires a password (${reply.slice(1)}): put user and password in the URL`,
+      false,
+    );
+}
+
+/** One raw RESP command over TCP or TLS; resolves with the first line of the reply. */
+function exchange(
+  address: { host: string; port: number },
+  tls: RedisEndpoint['tls'] | undefined,
+  command: string,
+  timeoutMs: number,
+): Promise<string> {
+  return new Promise<string>((resolve, reject) => {
+    const socket: Socket = tls
+      ? tlsConnect({ ...address, ...tls })
+      : netConnect({ host: address.host, port: address.port });
+    socket.setTimeout(timeoutMs, () => socket.destroy(new Error(`no answer within ${timeoutMs} ms`)));
+    socket.once('error', reject);
+    socket.once(tls ? 'secureConnect' : 'connect', () => socket.write(command));
+    socket.once('data', (data: Buffer) => {
+      resolve(data.toString('utf8').split('\r\n')[0]!);
+      socket.end();
+    });
+    // A server that closes without a word (a TLS alert arrives as an error first).
+    socket.once('close', () => reject(new Error('connection closed before an answer')));
+  });
+}
+
+/**
+ * Whether this Redis user may run INFO. BullMQ runs it on every new connection (a version check)
+ * and fails without it, and ioredis' ready check warns on stderr; when it is refused the driver
+ * turns both off. Not reaching Redis says nothing: assume it may (they then check as usual).
+ */
+export async function redisAllowsInfo(target: RedisTarget, logger: Logger): Promise<boolean> {
+  // The probe's own connection must not run INFO in ioredis' ready check (it would warn on stderr).
+  const probe: RedisTarget =
+    typeof target === 'string'
+      ? { url: target, infoRefused: true }
+      : target instanceof Redis
+        ? target
+        : { ...target, infoRefused: true };
+  return withClient(probe, logger, async (client) => {
+    try {
+      await client.info('server');
+      return true;
+    } catch (err) {
+      if (!refused(err)) return true;
+      logger.info(
+        { err: errorMessage(err) },
+        "this Redis user may not run INFO: BullMQ's Redis version check is skipped (run Redis 6.2 or later)",
+      );
+      return false;
+    }
+  });
+}
+
+/**
+ * BullMQ loses jobs if Redis evicts keys; warn when the server may. Managed Redis often disables
+ * CONFIG: that is reported at debug level, not as a failure.
+ */
+export async function checkRedisPolicy(target: RedisTarget, logger: Logger): Promise<string | undefined> {
+  return withClient(target, logger, (client) => readPolicy(client, logger));
+}
+
+async function readPolicy(client: Redis, logger: Logger): Promise<string | undefined> {
+  let policy: string | undefined;
+  try {
+    const reply = (await client.config('GET', 'maxmemory-policy')) as unknown;
+    if (Array.isArray(reply) && typeof reply[1] === 'string') policy = reply[1];
+  } catch (err) {
+    logger.debug({ err: errorMessage(err) }, 'cannot read redis maxmemory-policy (CONFIG disabled?)');
+    return undefined;
+  }
+  if (policy !== undefined && policy !== 'noeviction') {
+    logger.warn(
+      { maxmemoryPolicy: policy },
+      'redis maxmemory-policy is not noeviction: Redis may evict queued changes under memory pressure',
+    );
+  }
+  return policy;
+}
+
+export interface RedisPersistence {
+  /** undefined: this user may run neither CONFIG GET nor INFO, so nobody can tell here. */
+  persists: boolean | undefined;
+  /** How it was judged, for the log line and the refusal. */
+  detail: string;
+}
+
+/**
+ * Whether Redis keeps its data across a restart: AOF on, or RDB save points set. Managed Redis
+ * often forbids CONFIG; INFO persistence then answers: AOF on, or at least one RDB snapshot taken
+ * since start (`rdb_saves`, Redis 7+) counts as persisting. A user allowed neither gets "unknown".
+ */
+export async function readRedisPersistence(target: RedisTarget, logger: Logger): Promise<RedisPersistence> {
+  return withClient(target, logger, async (client) => {
+    try {
+      const aof = (await client.config('GET', 'appendonly')) as unknown;
+      const save = (await client.config('GET', 'save')) as unknown;
+      const aofOn = Array.isArray(aof) && aof[1] === 'yes';
+      const savePoints = Array.isArray(save) && typeof save[1] === 'string' ? save[1].trim() : '';
+      return {
+        persists: aofOn || savePoints !== '',
+        detail: `CONFIG: appendonly ${aofOn ? 'yes' : 'no'}, save "${savePoints}"`,
+      };
+    } catch (err) {
+      logger.debug({ err: errorMessage(err) }, 'CONFIG GET refused; judging persistence from INFO');
+    }
+    let info: string;
+    try {
+      info = await client.info('persistence');
+    } catch (err) {
+      if (!refused(err)) throw err;
+      return { persists: undefined, detail: 'this Redis user may run neither CONFIG GET nor INFO' };
+    }
+    const field = (name: string) => new RegExp(`^${name}:(.*)$`, 'm').exec(info)?.[1]?.trim();
+    const aofOn = field('aof_enabled') === '1';
+    const rdbSaves = Number(field('rdb_saves') ?? '0');
+    return {
+      persists: aofOn || rdbSaves > 0,
+      detail: `INFO persistence: aof_enabled ${aofOn ? 1 : 0}, rdb_saves ${rdbSaves}`,
+    };
+  });
+}
+
+/**
+ * Scaled mode keeps cursors in Redis: a Redis that forgets its data on restart would make every
+ * poller start over from `start_from`. Refuse to start on one unless the operator said it is fine.
+ * A user that may not ask (neither CONFIG GET nor INFO) is warned, not refused: managed Redis
+ * persists by its own settings, and refusing would make such a user unusable.
+ */
+export async function assertRedisPersists(
+  target: RedisTarget,
+  allowVolatile: boolean,
+  logger: Logger,
+): Promise<void> {
+  let found: RedisPersistence;
+  try {
+    found = await readRedisPersistence(target, logger);
+  } catch (err) {
+    // Not knowing is not good enough: starting would read and write cursors on a Redis that may
+    // forget them. The process exits; its supervisor restarts it once Redis answers.
+    throw new FeedsyncError(
+      `cannot check that Redis at ${describeTarget(target)} persists its data: ${errorMessage(err)}`,
+      true,
+      { cause: err },
+    );
+  }
+  if (found.persists === undefined) {
+    if (allowVolatile) logger.info({ persistence: found.detail }, 'redis persistence unknown (allowed)');
+    else
+      logger.warn(
+        { persistence: found.detail },
+        'cannot tell whether Redis persists its data (cursors live there): make sure it runs with AOF or RDB snapshots, ' +
+          'or set queue.allow_volatile_redis: true to accept losing them when Redis restarts',
+      );
+    return;
+  }
+  if (found.persists) {
+    logger.info({ persistence: found.detail }, 'redis persists its data');
+    return;
+  }
+  if (allowVolatile) {
+    logger.warn(
+      { persistence: found.detail },
+      'redis does not persist (queue.allow_volatile_redis: true): cursors and queued changes are lost if it restarts',
+    );
+    return;
+  }
+  throw new FeedsyncError(
+    `Redis at ${describeTarget(target)} does not persist its data (${found.detail}); ` +
+      'feedsync poll keeps its cursors there. Turn on AOF (appendonly yes) or RDB snapshots (save), ' +
+      'or set queue.allow_volatile_redis: true to accept losing them when Redis restarts',
+    false,
+  );
+}

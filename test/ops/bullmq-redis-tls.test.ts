@@ -1,0 +1,105 @@
+// `feedsync poll` / `work` / `status` as processes over TLS to a real redis-server (private CA made
+// by openssl, client certificates required): they drain the sandbox; a missing CA or a wrong
+// password stops the process at start-up with exit 1 and the cause on stderr, not a retry loop.
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
+import { rawConfig, readJsonl, waitFor } from '../support/harness.js';
+import { startRedis, type RedisServer } from '../support/redis.js';
+import { createPki, type Pki } from '../upstream/support/pki.js';
+import { killAllCli, runCli, spawnCli, writeConfig, type CliProcess } from './support/cli.js';
+
+const PASSWORD = 'tls-cli-pw-3Zr8';
+const SERVICES = ['scheduling', 'workflow'] as const;
+
+let pki: Pki;
+let sandbox: Sandbox;
+let redis: RedisServer;
+const procs: CliProcess[] = [];
+
+beforeAll(async () => {
+  pki = createPki();
+  [sandbox, redis] = await Promise.all([
+    startSandbox({ seed: 43, backlog: 40, rate: 0 }),
+    startRedis({
+      requirepass: PASSWORD,
+      tls: {
+        certFile: pki.serverCertFile,
+        keyFile: pki.serverKeyFile,
+        caFile: pki.caFile,
+        authClients: true,
+      },
+    }),
+  ]);
+});
+
+afterAll(async () => {
+  await Promise.all(procs.map((p) => p.stop()));
+  await killAllCli();
+  await Promise.all([sandbox?.close(), redis?.stop()]);
+  pki?.cleanup();
+});
+
+/** A config file in the PKI dir, so `ca_file: ca.pem` and friends resolve next to it. */
+function config(name: string, url: string, redisTls?: Record<string, unknown>): string {
+  const raw = rawConfig(sandbox, pki.dir, {
+    queue: { driver: 'bullmq', redis_url: url, prefix: name, ...(redisTls && { redis_tls: redisTls }) },
+    sinks: [{ name: 'file', type: 'jsonl', path: join(pki.dir, `${name}.jsonl`) }],
+  });
+  raw.log = { level: 'info' };
+  return writeConfig(pki.dir, raw, `${name}.yaml`);
+}
+
+const CLIENT = { ca_file: 'ca.pem', cert_file: 'client.pem', key_file: 'client.key' };
+
+describe('feedsync over TLS (tls-auth-clients yes)', () => {
+  it('poll and work drain the sandbox through rediss:// with a private CA and a client certificate; status reads it', async () => {
+    const file = config('tlsok', redis.tlsUrl!, CLIENT);
+    const poller = spawnCli(['--config', file, 'poll']);
+    const worker = spawnCli(['--config', file, 'work']);
+    procs.push(poller, worker);
+    const expected = SERVICES.flatMap((s) => sandbox.events(s).map((e) => `${s}:${e.id}`));
+    await waitFor(
+      () => new Set(readJsonl(join(pki.dir, 'tlsok.jsonl')).map((c) => c.key)).size === expected.length,
+      30_000,
+      'every change delivered over TLS',
+    );
+    const status = await runCli(['--config', file, 'status', '--json']);
+    expect(status.code, status.stderr).toBe(0);
+    expect((await poller.stop()).code).toBe(0);
+    expect((await worker.stop()).code).toBe(0);
+    for (const p of [poller, worker])
+      expect(p.logs().filter((l) => l.level !== undefined && l.level >= 40)).toEqual([]);
+  });
+
+  it('exits 1 at start-up naming an untrusted certificate (no CA), not after retries', async () => {
+    const started = Date.now();
+    const r = await runCli(['--config', config('noca', redis.tlsUrl!), 'work'], { timeoutMs: 15_000 });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(
+      /feedsync: queue\.redis_url: TLS with Redis at rediss:\/\/127\.0\.0\.1:\d+\/? failed: TLS: the server's certificate is not trusted: set queue\.redis_tls\.ca_file/,
+    );
+    expect(r.stderr + r.stdout).not.toMatch(/max retries/i);
+    expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
+  it('exits 1 at start-up when the server requires a client certificate and none is configured', async () => {
+    const r = await runCli(['--config', config('nocert', redis.tlsUrl!, { ca_file: 'ca.pem' }), 'poll'], {
+      timeoutMs: 15_000,
+    });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(
+      /the server refused the handshake: if it requires a client certificate, set queue\.redis_tls\.cert_file and key_file/,
+    );
+  });
+
+  it('exits 1 at start-up on a wrong password over TLS, naming WRONGPASS and never the password', async () => {
+    const wrong = redis.tlsUrl!.replace(PASSWORD, 'wrong-pw-9Kd1');
+    const r = await runCli(['--config', config('wrongpw', wrong, CLIENT), 'poll'], { timeoutMs: 15_000 });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(
+      /queue\.redis_url: Redis at rediss:\/\/127\.0\.0\.1:\d+\/? rejected the credentials \(WRONGPASS/,
+    );
+    expect(r.stderr + r.stdout).not.toContain('wrong-pw-9Kd1');
+  });
+});
