@@ -122,8 +122,12 @@ describe.each(['local', 'bullmq'] as const)(`sink isolation, %s driver ${note}`,
     await new Promise((r) => setTimeout(r, 5_000));
     const inWindow = receiver.requests.filter((q) => q.at >= from && q.at < from + 5_000).length;
     expect(inWindow / 5, `requests per second to the down receiver ${note}`).toBeLessThanOrEqual(2.5);
+    console.log(
+      `${driver}: file sink complete in ${fileMs} ms with the webhook down; ${inWindow / 5} requests/s to the down receiver`,
+    );
 
     up = true;
+    const recovered = Date.now();
     sandbox.setRate(0);
     const all = sandboxKeys(sandbox);
     await eventually(
@@ -131,6 +135,7 @@ describe.each(['local', 'bullmq'] as const)(`sink isolation, %s driver ${note}`,
       90_000,
       `the webhook receiving every change after recovery ${note}`,
     );
+    console.log(`${driver}: webhook complete ${Date.now() - recovered} ms after its receiver came back`);
     await new Promise((r) => setTimeout(r, 1_000));
     const accepted = receiver.requests.filter((q) => q.status < 300).map((q) => q.key);
     const copies = accepted.length - new Set(accepted).size;
