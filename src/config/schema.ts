@@ -6,6 +6,7 @@ import { ConfigError } from '../core/errors.js';
 import { sinkConfigSchema } from '../sinks/registry.js';
 import { atLeastOne, durationMs, isHttpUrl, name, nonEmpty, parseUrl, SERVICE_KINDS } from './fields.js';
 import type { FeedsyncConfig } from './types.js';
+import { isSentinelUrl, parseSentinelUrl } from '../queue/bullmq/redis-sentinel.js';
 
 export { SINK_TYPES } from '../sinks/registry.js';
 export { SERVICE_KINDS } from './fields.js';
@@ -48,11 +49,22 @@ const proxyUrl = z.string().refine((value) => isHttpUrl(value), {
 
 const redisUrl = z.string().refine(
   (value) => {
+    if (isSentinelUrl(value)) {
+      try {
+        parseSentinelUrl(value);
+        return true;
+      } catch {
+        return false;
+      }
+    }
     const protocol = parseUrl(value)?.protocol;
     return protocol === 'redis:' || protocol === 'rediss:';
   },
   // Never echo the value: it usually carries the Redis password.
-  { error: 'must be a redis:// or rediss:// URL' },
+  {
+    error:
+      'must be a redis:// or rediss:// URL, or redis+sentinel://[user:password@]host:port[,host:port…]/<master name>',
+  },
 );
 
 /** latest | earliest | a non-negative integer event id, as a number or a digit string. */
@@ -120,6 +132,7 @@ const queueSchema = z
     shards: atLeastOne.default(8),
     lease_ttl_ms: durationMs.default(15000),
     allow_volatile_redis: z.boolean().default(false),
+    min_replicas_acked: z.number().int().nonnegative().default(0),
     delivery_timeout_ms: durationMs.default(60000),
   })
   .superRefine((queue, ctx) => {

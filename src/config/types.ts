@@ -87,6 +87,12 @@ export interface QueueConfig {
   lease_ttl_ms: number;
   /** bullmq: let `poll` start on a Redis that neither snapshots nor appends (cursors live there). */
   allow_volatile_redis: boolean;
+  /**
+   * bullmq: every page commit (and catch-up commit, and the fenced cursor save of `cursor set/reset`)
+   * must be acknowledged by this many replicas (Redis WAIT) or it counts as failed and is retried;
+   * 0: off. With 1 or more, `poll` also accepts a primary with that many replicas instead of AOF.
+   */
+  min_replicas_acked: number;
   /** A sink call that has not settled by then counts as failed (retried later). */
   delivery_timeout_ms: number;
 }

@@ -28,6 +28,7 @@ describe('defaults', () => {
       shards: 8,
       lease_ttl_ms: 15000,
       allow_volatile_redis: false,
+      min_replicas_acked: 0,
       delivery_timeout_ms: 60000,
     });
     // Redis memory is dearer than local disk: a smaller default bound per sink with bullmq.
@@ -275,7 +276,9 @@ describe('rejections name the key path', () => {
     expect(problems(raw)).toEqual(['queue.redis_url: required when queue.driver is bullmq']);
     raw.queue.redis_url = 'http://:hunter2@127.0.0.1:6379';
     const lines = problems(raw);
-    expect(lines).toEqual(['queue.redis_url: must be a redis:// or rediss:// URL']);
+    expect(lines).toEqual([
+      'queue.redis_url: must be a redis:// or rediss:// URL, or redis+sentinel://[user:password@]host:port[,host:port…]/<master name>',
+    ]);
     raw.queue.redis_url = 'rediss://:hunter2@127.0.0.1:6379/0';
     expect(validate(raw).queue).toMatchObject({
       driver: 'bullmq',

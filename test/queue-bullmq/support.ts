@@ -38,6 +38,7 @@ export function queueConfig(redisUrl: string, overrides: Partial<QueueConfig> = 
     shards: 4,
     lease_ttl_ms: 15_000,
     allow_volatile_redis: false,
+    min_replicas_acked: 0,
     delivery_timeout_ms: 60000,
     ...overrides,
   };

@@ -445,6 +445,59 @@ export function describeQueueDriverConformance(name: string, harness: DriverHarn
       expect(fast.keys()).toHaveLength(15);
     });
 
+    it('cursor set/reset carries the sinks off the shared stream along: back on a rewind, up on a skip', async () => {
+      const config = harness.config(tempDir(), ['late', 'fast'], { max_backlog: 2 });
+      const openMode = (mode: 'run' | 'ops', sinks: Record<string, Sink>) =>
+        openQueueDriver({
+          config,
+          mode,
+          sinks: Object.entries(sinks).map(([n, sink]) => ({ name: n, sink })),
+          events: new PipelineEvents(),
+          logger: pino({ level: 'silent' }),
+        });
+      const run = await openMode('run', { late: new RecordingSink(), fast: new RecordingSink() });
+      const lease = await run.leases!.acquire('src', new AbortController().signal, () => undefined);
+      // No delivery: both sinks fill up and are parked where page 2 began (cursor 10).
+      for (const [i, cursor] of [10, 20, 30].entries())
+        await run.producer!.commitPage({
+          source: 'src',
+          changes: [makeChange(`cs-${i}-a`), makeChange(`cs-${i}-b`)],
+          cursor,
+          seenAbove: [],
+        });
+      expect((await run.positions.lagging()).map((l) => [l.sink, l.cursor]).sort()).toEqual([
+        ['fast', 10],
+        ['late', 10],
+      ]);
+      await lease?.release();
+      await run.close();
+
+      const ops = await openMode('ops', {});
+      const move = async (target: number) => {
+        const held = await ops.leases!.hold('src');
+        if ('holder' in held) throw new Error(`held by ${held.holder}`);
+        await held.save(target, []);
+        await held.release();
+        return (await ops.positions.lagging()).map((l) => [l.sink, l.cursor]).sort();
+      };
+      // A rewind to 25 leaves them (behind it); to 5 takes them back to 5; a skip to 40 takes them up.
+      expect(await move(25)).toEqual([
+        ['fast', 10],
+        ['late', 10],
+      ]);
+      expect(await move(5)).toEqual([
+        ['fast', 5],
+        ['late', 5],
+      ]);
+      expect(await move(40)).toEqual([
+        ['fast', 40],
+        ['late', 40],
+      ]);
+      // Skipped on purpose: nothing is waiting to be checked off, nothing will be reported lost.
+      expect((await ops.positions.lagging()).map((l) => l.pendingIds)).toEqual([0, 0]);
+      await ops.close();
+    });
+
     it('loses nothing when the process owning the driver is killed with SIGKILL mid-delivery', async () => {
       const dir = tempDir();
       const configPath = join(dir, 'config.json');

@@ -40,7 +40,13 @@ export async function createBullmqDriver(
   endpoint.infoRefused = !(await redisAllowsInfo(endpoint, logger));
   if (mode !== 'ops') await checkRedisPolicy(endpoint, logger);
   // Before anything is read: a Redis that forgets would silently restart every source.
-  if (polls) await assertRedisPersists(endpoint, config.queue.allow_volatile_redis, logger);
+  if (polls)
+    await assertRedisPersists(
+      endpoint,
+      config.queue.allow_volatile_redis,
+      logger,
+      config.queue.min_replicas_acked,
+    );
 
   const releasers: (() => Promise<void>)[] = [];
   // Last out (releasers run in reverse): the counts of repeated warnings are logged once all is shut.
@@ -69,6 +75,7 @@ export async function createBullmqDriver(
         ttlMs: config.queue.lease_ttl_ms,
         owner: opts.owner,
         logger,
+        minReplicasAcked: config.queue.min_replicas_acked,
       });
       // Released after the producer closes (releasers run in reverse).
       releasers.push(() => l.close());
@@ -95,6 +102,7 @@ export async function createBullmqDriver(
           source,
           config.queue.lease_ttl_ms,
           `${defaultOwner()} (cursor command)`,
+          config.queue.min_replicas_acked,
         ),
     };
     // A poller's own cursor writes (start_from latest) go through the fenced commit, like pages:

@@ -51,6 +51,8 @@ export interface RedisLeasesOptions {
   logger: Logger;
   /** A connection instead of one made from redisUrl; the caller keeps ownership. */
   connection?: Redis;
+  /** queue.min_replicas_acked, for the fenced cursor save of `hold` (source-hold.ts). */
+  minReplicasAcked?: number;
 }
 
 interface Held {
@@ -278,7 +280,8 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
   return {
     acquire,
     holder: holderOf,
-    hold: (source) => holdSource(client, opts.prefix, source, ttl, `${owner} (cursor command)`),
+    hold: (source) =>
+      holdSource(client, opts.prefix, source, ttl, `${owner} (cursor command)`, opts.minReplicasAcked),
     fence,
     markLost,
     held: () => [...held].filter(([, h]) => !h.lost.signal.aborted).map(([s]) => s),

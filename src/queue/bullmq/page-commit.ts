@@ -29,6 +29,7 @@ import {
   parkedIdsKey,
   sourceStateKey,
 } from './names.js';
+import { awaitReplicas } from './replication.js';
 import type { ChangeSlice } from './slice.js';
 import { cursorFields, parseSeen } from './source-state.js';
 
@@ -182,8 +183,11 @@ export function createPageCommitter(opts: {
   connection: Redis;
   prefix: string;
   jobOptions: Record<string, unknown>;
+  /** queue.min_replicas_acked: WAIT for this many replicas after each commit (replication.ts). */
+  minReplicasAcked?: number;
 }): PageCommitter {
   const { connection, prefix } = opts;
+  const minReplicas = opts.minReplicasAcked ?? 0;
   const statsKey = commitStatsKey(prefix);
   // A reconnect between WATCH and EXEC would drop the WATCH silently: count connections, and give
   // up a commit whose connection changed underneath it (the poller retries the page).
@@ -252,6 +256,11 @@ export function createPageCommitter(opts: {
         // exactly this cursor, and committing again would count the page twice.
         if (cursor === String(plan.cursor) && seen === JSON.stringify(plan.seenAbove)) {
           if (watched.length) await connection.unwatch();
+          // The earlier try may have failed its own WAIT (or run on a connection since replaced):
+          // the page counts as committed only once the replicas have it.
+          await awaitReplicas(connection, minReplicas, `the page commit of ${plan.source}`, {
+            touch: prefix,
+          });
           return 'already';
         }
         // After `cursor set/reset` the same pages are read again: their slices get new ids, or BullMQ
@@ -368,6 +377,15 @@ export function createPageCommitter(opts: {
           true,
         );
       }
+      // Written on the primary; with queue.min_replicas_acked not reported committed until the
+      // replicas acknowledged it (WAIT on this connection, which ran the EXEC).
+      await awaitReplicas(
+        connection,
+        minReplicas,
+        catchUp
+          ? `the catch-up commit of ${plan.source} (sink ${catchUp.sink})`
+          : `the page commit of ${plan.source}`,
+      );
       if (catchUp) return ((results.at(-1)?.[1] ?? []) as (string | number)[]).map(Number);
       return 'committed';
     } catch (err) {

@@ -124,7 +124,12 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
   const commitConnection = opts.connection
     ? opts.connection.duplicate()
     : createRedisConnection(redisEndpoint(config), 'producer', opts.logger);
-  const committer = createPageCommitter({ connection: commitConnection, prefix: config.prefix, jobOptions });
+  const committer = createPageCommitter({
+    connection: commitConnection,
+    prefix: config.prefix,
+    jobOptions,
+    minReplicasAcked: config.min_replicas_acked,
+  });
 
   const sinks = opts.sinks.map((sink) => ({
     ...sink,

@@ -7,6 +7,7 @@ import { connect as tlsConnect } from 'node:tls';
 import type { Logger } from 'pino';
 import { FeedsyncError, errorMessage } from '../../core/errors.js';
 import { classifyRedisError, redisErrorHint } from './redis-errors.js';
+import { isSentinelUrl } from './redis-sentinel.js';
 import {
   describeTarget,
   parseRedisUrl,
@@ -41,6 +42,9 @@ export async function assertRedisCredentials(
   timeoutMs = 5_000,
 ): Promise<void> {
   const endpoint = typeof target === 'string' ? { url: target } : target;
+  // Behind Sentinel the primary's address is known only by asking the sentinels: the connections
+  // do that (ioredis); a refused AUTH then shows as reconnects and in /readyz, not at start-up.
+  if (isSentinelUrl(endpoint.url)) return;
   const parsed = parseRedisUrl(endpoint.url);
   const where = redactRedisUrl(endpoint.url);
   const tls = parsed.protocol === 'rediss:';
@@ -211,6 +215,7 @@ export async function assertRedisPersists(
   target: RedisTarget,
   allowVolatile: boolean,
   logger: Logger,
+  minReplicasAcked = 0,
 ): Promise<void> {
   let found: RedisPersistence;
   try {
@@ -238,6 +243,22 @@ export async function assertRedisPersists(
     logger.info({ persistence: found.detail }, 'redis persists its data');
     return;
   }
+  // queue.min_replicas_acked: every commit waits for that many replicas (replication.ts), so a
+  // primary with them keeps the cursors through the loss of one server without AOF.
+  let replicas: ReplicaCount | undefined;
+  if (minReplicasAcked > 0) {
+    replicas = await readReplicaCount(target, logger).catch((err: unknown) => ({
+      online: 0,
+      detail: `INFO replication failed: ${errorMessage(err)}`,
+    }));
+    if (replicas.online >= minReplicasAcked) {
+      logger.info(
+        { persistence: found.detail, replication: replicas.detail, minReplicasAcked },
+        'redis does not persist to disk, but commits wait for replicas (queue.min_replicas_acked)',
+      );
+      return;
+    }
+  }
   if (allowVolatile) {
     logger.warn(
       { persistence: found.detail },
@@ -246,9 +267,26 @@ export async function assertRedisPersists(
     return;
   }
   throw new FeedsyncError(
-    `Redis at ${describeTarget(target)} does not persist its data (${found.detail}); ` +
-      'feedsync poll keeps its cursors there. Turn on AOF (appendonly yes) or RDB snapshots (save), ' +
+    `Redis at ${describeTarget(target)} does not persist its data (${found.detail}` +
+      (replicas ? `; ${replicas.detail}, queue.min_replicas_acked ${minReplicasAcked}` : '') +
+      '); feedsync poll keeps its cursors there. Turn on AOF (appendonly yes) or RDB snapshots (save), ' +
+      (minReplicasAcked > 0 ? 'attach the replicas queue.min_replicas_acked asks for, ' : '') +
       'or set queue.allow_volatile_redis: true to accept losing them when Redis restarts',
     false,
   );
+}
+
+interface ReplicaCount {
+  online: number;
+  detail: string;
+}
+
+/** Replicas attached to this primary and online (INFO replication); 0 on a replica. */
+async function readReplicaCount(target: RedisTarget, logger: Logger): Promise<ReplicaCount> {
+  return withClient(target, logger, async (client) => {
+    const info = await client.info('replication');
+    const role = /^role:(.*)$/m.exec(info)?.[1]?.trim() ?? 'unknown';
+    const online = role === 'master' ? [...info.matchAll(/^slave\d+:.*state=online/gm)].length : 0;
+    return { online, detail: `INFO replication: role ${role}, ${online} replica(s) online` };
+  });
 }

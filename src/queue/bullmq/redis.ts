@@ -9,6 +9,7 @@ import { FeedsyncError } from '../../core/errors.js';
 import type { PipelineEvents } from '../../core/events.js';
 import { classifyRedisError } from './redis-errors.js';
 import { createRedisMonitor, instrumentRedis, type RedisMonitor } from './redis-monitor.js';
+import { isSentinelUrl, parseSentinelUrl, redactSentinelUrl } from './redis-sentinel.js';
 import { redisTlsOptions } from './redis-tls.js';
 
 /**
@@ -30,6 +31,7 @@ export function requireRedisUrl(config: Pick<QueueConfig, 'redis_url'>): string 
 
 /** The URL with any user:password removed, for logs and error messages. */
 export function redactRedisUrl(url: string): string {
+  if (isSentinelUrl(url)) return redactSentinelUrl(url);
   try {
     const parsed = new URL(url);
     parsed.username = '';
@@ -37,6 +39,19 @@ export function redactRedisUrl(url: string): string {
     return parsed.toString();
   } catch {
     return '<invalid redis url>';
+  }
+}
+
+/** Checks `url` (redis://, rediss:// or redis+sentinel://); a ConfigError-like failure names it. */
+export function checkRedisUrl(url: string): void {
+  if (!isSentinelUrl(url)) {
+    parseRedisUrl(url);
+    return;
+  }
+  try {
+    parseSentinelUrl(url);
+  } catch (err) {
+    throw new FeedsyncError(`queue.redis_url: ${(err as Error).message} (${redactRedisUrl(url)})`, false);
   }
 }
 
@@ -105,7 +120,7 @@ export function redisEndpoint(config: Pick<QueueConfig, 'redis_url' | 'redis_tls
   let endpoint = endpoints.get(config);
   if (!endpoint) {
     const url = requireRedisUrl(config);
-    parseRedisUrl(url);
+    checkRedisUrl(url);
     const tls = redisTlsOptions(config.redis_tls);
     endpoint = tls ? { url, tls } : { url };
     endpoints.set(config, endpoint);
@@ -150,7 +165,7 @@ export function createRedisConnection(
   logger: Logger,
 ): Redis {
   const endpoint = typeof target === 'string' ? { url: target } : target;
-  parseRedisUrl(endpoint.url);
+  checkRedisUrl(endpoint.url);
   // Without INFO, ioredis' ready check would print a warning to stderr on every connection (and
   // skip itself); skipVersionCheck is BullMQ's option, which it reads from the connection's options
   // (ioredis keeps options it does not know, and duplicates copy them).
@@ -161,9 +176,26 @@ export function createRedisConnection(
     ...(endpoint.tls && { tls: endpoint.tls }),
     ...(endpoint.infoRefused && { enableReadyCheck: false, skipVersionCheck: true }),
   };
-  const client = new Redis(endpoint.url, options);
+  // Sentinel: ioredis asks the sentinels for the primary on every (re)connect, and
+  // failoverDetector drops the connections as soon as they announce a new one (+switch-master).
+  // BullMQ's copies (duplicate()) keep these options, so they follow the primary too.
+  const client = isSentinelUrl(endpoint.url)
+    ? new Redis({ ...sentinelOptions(endpoint.url), ...options })
+    : new Redis(endpoint.url, options);
   const monitor = endpoint.monitor ?? createRedisMonitor({ logger, where: redactRedisUrl(endpoint.url) });
   return instrumentRedis(client, role, monitor);
+}
+
+function sentinelOptions(url: string): RedisOptions {
+  const parsed = parseSentinelUrl(url);
+  return {
+    sentinels: parsed.sentinels,
+    name: parsed.name,
+    role: 'master',
+    failoverDetector: true,
+    ...(parsed.username !== undefined && { username: parsed.username }),
+    ...(parsed.password !== undefined && { password: parsed.password }),
+  };
 }
 
 /** Close a connection without waiting on a dead server: QUIT when connected, else disconnect. */

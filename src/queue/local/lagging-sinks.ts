@@ -36,6 +36,10 @@ export class LaggingSinkRows {
   private readonly bumpStmt;
   private readonly knownStmt;
   private readonly lostStmt;
+  private readonly rewindStmt;
+  private readonly skipStmt;
+  private readonly dropSkippedIds;
+  private readonly recountIds;
   private readonly lostListStmt;
 
   constructor(db: Db) {
@@ -75,6 +79,20 @@ export class LaggingSinkRows {
     );
     this.lostListStmt = db.prepare(
       'SELECT source, sink, lost_count, lost_ids, lost_at FROM known_sinks WHERE lost_count > 0 ORDER BY source, sink',
+    );
+    this.rewindStmt = db.prepare(
+      `UPDATE lagging_sinks SET cursor = ?, seen_above = '[]' WHERE source = ? AND cursor > ?`,
+    );
+    this.skipStmt = db.prepare(
+      `UPDATE lagging_sinks SET cursor = ?, seen_above = '[]' WHERE source = ? AND cursor < ?`,
+    );
+    this.dropSkippedIds = db.prepare(
+      `DELETE FROM parked_ids WHERE source = ? AND sink IN
+         (SELECT sink FROM lagging_sinks WHERE source = ? AND cursor < ?)`,
+    );
+    this.recountIds = db.prepare(
+      `UPDATE lagging_sinks SET ids = (SELECT COUNT(*) FROM parked_ids p
+         WHERE p.source = lagging_sinks.source AND p.sink = lagging_sinks.sink) WHERE source = ?`,
     );
     this.knownStmt = db.prepare(
       'INSERT OR IGNORE INTO known_sinks (source, sink, generation) VALUES (?, ?, 0)',
@@ -148,6 +166,21 @@ export class LaggingSinkRows {
         commit.sink,
       );
     return lost;
+  }
+
+  /**
+   * `cursor set/reset` moved the source's cursor from `before` to `target`: a rewind puts every
+   * sink that lags past the new cursor back to it (it gets what the rewind re-delivers too); a skip
+   * forward moves every sink behind it up to it and drops their parked ids (skipped on purpose,
+   * not lost upstream).
+   */
+  followCursor(source: string, before: number, target: number): void {
+    if (target < before) this.rewindStmt.run(target, source, target);
+    else if (target > before) {
+      this.dropSkippedIds.run(source, source, target);
+      this.skipStmt.run(target, source, target);
+      this.recountIds.run(source);
+    }
   }
 
   /** Marks the sinks as seen for `source`; returns those never seen before. */

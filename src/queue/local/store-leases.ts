@@ -4,6 +4,7 @@ import { StoreLease } from '../../store/store-lease.js';
 import type { CursorStore } from '../../store/cursors.js';
 import type { Db } from '../../store/store.js';
 import type { HeldSource, SourceLeases } from '../driver.js';
+import { LaggingSinkRows } from './lagging-sinks.js';
 import type { StoreOwnership } from './ownership.js';
 
 export function storeLeases(
@@ -12,6 +13,7 @@ export function storeLeases(
   cursors: CursorStore,
   ttlMs: number,
 ): SourceLeases {
+  const lagging = new LaggingSinkRows(db);
   return {
     async acquire(_source, signal, onWait) {
       const lease = await ownership.acquire(signal, onWait);
@@ -25,8 +27,14 @@ export function storeLeases(
       return {
         lost: lease.lost,
         release: async () => lease.release(),
-        // The store's fence triggers refuse this write if a `run` took the store meanwhile.
-        save: async (eventId, seenAbove) => cursors.save(source, eventId, seenAbove),
+        // The store's fence triggers refuse this write if a `run` took the store meanwhile. Sinks
+        // off the shared stream follow the move in the same transaction (LaggingSinkRows.followCursor).
+        save: async (eventId, seenAbove) =>
+          db.transaction(() => {
+            const before = cursors.get(source)?.eventId ?? 0;
+            cursors.save(source, eventId, seenAbove);
+            lagging.followCursor(source, before, eventId);
+          })(),
       };
     },
   };

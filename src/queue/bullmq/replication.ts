@@ -1,0 +1,40 @@
+// queue.min_replicas_acked: durability by replication. After a commit's EXEC (or a fenced cursor
+// save), WAIT on the same connection until that many replicas acknowledged the writes; fewer within
+// the timeout and the commit counts as not durable: a retryable error (the poller retries the
+// page, which then finds its cursor committed and waits again before reporting it).
+//
+// WAIT covers the writes of the connection it runs on, up to its last write. A caller that did not
+// just write on it (the 'already committed' path: the earlier try may have run on a connection
+// since replaced) first makes one write (`touch`) so the wait covers everything written before.
+import type { Redis } from 'ioredis';
+import { FeedsyncError } from '../../core/errors.js';
+import { bullPrefix } from './names.js';
+
+/** How long one WAIT lasts; under the fenced connections' command deadline (5 s, redis.ts). */
+export const REPLICA_ACK_TIMEOUT_MS = 2_000;
+
+export class NotReplicatedError extends FeedsyncError {
+  constructor(what: string, acked: number, wanted: number) {
+    super(
+      `${what} is not durable: ${acked} of the ${wanted} replica(s) required by queue.min_replicas_acked ` +
+        `acknowledged it within ${REPLICA_ACK_TIMEOUT_MS} ms; it is retried`,
+      true,
+    );
+  }
+}
+
+/**
+ * Resolves once `wanted` replicas acknowledged the connection's writes; throws NotReplicatedError
+ * otherwise. `touch`: write first (see above). wanted 0: nothing to do.
+ */
+export async function awaitReplicas(
+  client: Redis,
+  wanted: number,
+  what: string,
+  opts: { touch?: string } = {},
+): Promise<void> {
+  if (wanted <= 0) return;
+  if (opts.touch !== undefined) await client.incr(`${bullPrefix(opts.touch)}:replication-probe`);
+  const acked = Number(await client.wait(wanted, REPLICA_ACK_TIMEOUT_MS));
+  if (acked < wanted) throw new NotReplicatedError(what, acked, wanted);
+}

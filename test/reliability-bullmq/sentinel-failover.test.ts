@@ -1,0 +1,108 @@
+// Sentinel: the primary is killed (SIGKILL) mid-drain; the sentinels promote the replica and every
+// connection of `poll` and `work` (BullMQ's copies too) follows it through queue.redis_url in
+// redis+sentinel:// form. Delivery resumes and nothing is lost.
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
+import { tempDir } from '../support/harness.js';
+import { killAllCli, spawnCli, writeConfig } from '../support/process.js';
+import { startSentinelSet, type SentinelSet } from '../support/redis-sentinel.js';
+import {
+  bullmqConfig,
+  eventually,
+  missingKeys,
+  progressTrace,
+  readJsonlFiles,
+  sandboxKeys,
+  seedNote,
+  sleep,
+  stopGracefully,
+  testSeed,
+  waitStarted,
+} from './support.js';
+
+const BACKLOG = 1500;
+// The primary and replica require it; it must never show in any output.
+const PASSWORD = 'sentinel-test-s3cret';
+const SHUTDOWN_MS = 5000;
+const seed = testSeed();
+const note = seedNote(seed);
+
+describe(`bullmq: sentinel failover mid-drain ${note}`, () => {
+  let sandbox: Sandbox;
+  let set: SentinelSet;
+  const dir = tempDir('feedsync-rb-sentinel-');
+
+  beforeAll(async () => {
+    set = await startSentinelSet({ password: PASSWORD });
+    sandbox = await startSandbox({ seed, backlog: BACKLOG });
+  }, 30_000);
+  afterAll(async () => {
+    await killAllCli();
+    await sandbox?.close();
+    await set?.stop();
+  });
+
+  it('follows the promoted replica and loses nothing', { timeout: 150_000 }, async () => {
+    const raw = bullmqConfig(sandbox, dir, set.url, {
+      shutdownTimeoutMs: SHUTDOWN_MS,
+      sinks: [{ name: 'file', type: 'jsonl', path: './changes-${WORKER_ID}.jsonl' }],
+    });
+    const configPath = writeConfig(dir, raw);
+    const start = (mode: 'poll' | 'work', id: string) =>
+      spawnCli([mode], {
+        config: configPath,
+        env: { WORKER_ID: id },
+        echo: process.env.RB_ECHO ? `[${id}]` : undefined,
+      });
+    const procs = [start('poll', 'poll'), start('work', 'a'), start('work', 'b')];
+    await waitStarted(...procs);
+
+    const delivered = () => new Set(readJsonlFiles(dir, 'changes-').map((c) => c.key)).size;
+    const trace = progressTrace(() => `delivered ${delivered()}`);
+    const killAt = Math.floor(BACKLOG * 0.2);
+    await eventually(() => delivered() >= killAt, 60_000, `${killAt} keys delivered ${note}`);
+    // Live events keep arriving across the failover.
+    const live = setInterval(() => {
+      sandbox.generate('scheduling', 3);
+      sandbox.generate('workflow', 3);
+    }, 200);
+    const killed = await set.killPrimary();
+    const killedAt = Date.now();
+    const atKill = delivered();
+    // The failover: until the sentinels name another primary.
+    await eventually(async () => (await set.primaryNow().catch(() => killed)) !== killed, 30_000, 'failover');
+    const failoverMs = Date.now() - killedAt;
+    // The stall: until a key not delivered before the kill arrives (a few in flight may land first).
+    await eventually(() => delivered() > atKill + 20, 60_000, `delivery resumed ${note}`);
+    const stallMs = Date.now() - killedAt;
+    await sleep(2_000);
+    clearInterval(live);
+    const all = sandboxKeys(sandbox);
+    await eventually(
+      () => missingKeys(all, readJsonlFiles(dir, 'changes-')).length === 0,
+      90_000,
+      `every key after the failover ${note}`,
+    ).catch((err: Error) => {
+      trace.stop();
+      const missing = missingKeys(all, readJsonlFiles(dir, 'changes-'));
+      for (const p of procs) writeFileSync(join(dir, `output-${p.pid}.log`), p.text());
+      throw new Error(
+        `${err.message} (process output in ${dir}):\n${trace.text()}\n${missing.length} missing (e.g. ${missing.slice(0, 5).join(', ')})`,
+      );
+    });
+    trace.stop();
+    console.log(
+      `sentinel failover: promoted after ${failoverMs} ms, delivery resumed ${stallMs} ms after the kill`,
+    );
+    await expect(set.primaryNow()).resolves.toBe(set.replicaPort);
+    expect(stallMs, `stall (failover took ${failoverMs} ms) ${note}`).toBeLessThanOrEqual(
+      2 * failoverMs + 1_000,
+    );
+    for (const p of procs) expect(p.exit, `process ${p.pid} still running ${note}`).toBeUndefined();
+    for (const p of procs) expect(p.text(), `the password is never logged ${note}`).not.toContain(PASSWORD);
+    const exits = await stopGracefully(procs, SHUTDOWN_MS);
+    for (const exit of exits) expect(exit, `graceful stop ${note}`).toMatchObject({ code: 0, signal: null });
+  });
+});
