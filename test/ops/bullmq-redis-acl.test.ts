@@ -18,8 +18,20 @@ const ROOT = resolve(import.meta.dirname, '../..');
 const PASSWORD = 'acl-pw-7Hq2';
 const SERVICES = ['scheduling', 'workflow'] as const;
 const EVERY = 7;
-/** Commands feedsync probes and copes without (docs: "Optional, each with a fallback"). */
-const OPTIONAL = new Set(['info', 'config|get', 'config', 'role', 'client|setname', 'client', 'select']);
+/**
+ * Commands feedsync probes and copes without (docs: "Optional, each with a fallback"), and `wait`,
+ * needed only with queue.min_replicas_acked ≥ 1 (listed there too).
+ */
+const OPTIONAL = new Set([
+  'info',
+  'config|get',
+  'config',
+  'role',
+  'client|setname',
+  'client',
+  'select',
+  'wait',
+]);
 
 /** The `ACL SETUSER feedsync …` line of docs/scaled-mode.md, as arguments after SETUSER. */
 function documentedAcl(user = 'feedsync'): string[] {
