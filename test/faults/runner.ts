@@ -281,6 +281,18 @@ export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
     const theSup = sup;
     const theSampler = sampler;
 
+    /** An operator command to its end (killed after 30 s): its exit code and output. */
+    const runOps = async (args: string[]) => {
+      const p = spawnCli(args, { config: opsConfig });
+      let code: number | null = null;
+      try {
+        code = (await p.waitForExit(30_000)).code;
+      } catch {
+        p.signal('SIGKILL');
+        await p.waitForExit(5_000).catch(() => undefined);
+      }
+      return { p, code, output: p.text() };
+    };
     const world: World = {
       scenario,
       timing,
@@ -300,15 +312,7 @@ export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
       },
       async cursorCommand(args) {
         const start = now();
-        const p = spawnCli(args, { config: opsConfig });
-        let code: number | null = null;
-        try {
-          code = (await p.waitForExit(30_000)).code;
-        } catch {
-          p.signal('SIGKILL');
-          await p.waitForExit(5_000).catch(() => undefined);
-        }
-        const output = p.text();
+        const { p, code, output } = await runOps(args);
         const m = /^(\S+): cursor (\S+) → (\d+)\s*$/m.exec(p.stdout().join('\n'));
         const ok = code === 0 && !!m;
         const cmd: CursorCommand = {
@@ -329,15 +333,7 @@ export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
       async replayCommand(sink, source, from) {
         const args = ['replay', '--sink', sink, '--source', source, '--from', String(from)];
         const start = now();
-        const p = spawnCli(args, { config: opsConfig });
-        let code: number | null = null;
-        try {
-          code = (await p.waitForExit(30_000)).code;
-        } catch {
-          p.signal('SIGKILL');
-          await p.waitForExit(5_000).catch(() => undefined);
-        }
-        const output = p.text();
+        const { p, code, output } = await runOps(args);
         const m = /^(\S+) from (\S+): replaying after event (\d+) \(it was at (\(none\)|\d+)\)/m.exec(
           p.stdout().join('\n'),
         );
