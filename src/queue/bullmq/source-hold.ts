@@ -6,19 +6,17 @@ import type { Redis } from 'ioredis';
 import { FeedsyncError } from '../../core/errors.js';
 import type { HeldSource } from '../driver.js';
 import { ACQUIRE, ownerOf, RELEASE, RENEW } from './lease-scripts.js';
-import { laggingKey, leaseKey, leaseTokenKey, parkedIdsKey, sourceStateKey } from './names.js';
+import { laggingKey, leaseKey, leaseTokenKey, sourceStateKey } from './names.js';
 import { awaitReplicas } from './replication.js';
 import { cursorFields } from './source-state.js';
 
-// KEYS: lease, state hash, lagging-sinks hash. ARGV: the lease value, cursor, seen_above, now, the
-// parked-ids key of a sink without the sink name. Sinks off the shared stream follow the move
-// (sink-positions.ts `followCursor`): past the new cursor after a rewind → back to it; behind it
-// after a skip forward → up to it, their parked ids dropped (skipped on purpose, not lost).
+// KEYS: lease, state hash, lagging-sinks hash. ARGV: the lease value, cursor, seen_above, now.
+// Sinks lagging past a rewind's new cursor go back to it (LaggingSinkRows.followCursor says why a
+// skip forward leaves them).
 const SAVE_IF_HELD = `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return redis.error_reply('FENCED the source lease was taken over')
 end
-local before = tonumber(redis.call('HGET', KEYS[2], 'cursor') or '0')
 local target = tonumber(ARGV[2])
 redis.call('HSET', KEYS[2], 'cursor', ARGV[2], 'seen_above', ARGV[3], 'updated_at', ARGV[4])
 -- The pages after the new cursor are read again: new slice ids (page-commit.ts).
@@ -26,11 +24,9 @@ redis.call('HINCRBY', KEYS[2], 'rewinds', 1)
 local lag = redis.call('HGETALL', KEYS[3])
 for i = 1, #lag, 2 do
   local e = cjson.decode(lag[i + 1])
-  local forward = target > before
-  if (forward and e.cursor < target) or (not forward and e.cursor > target) then
+  if e.cursor > target then
     redis.call('HSET', KEYS[3], lag[i], '{"cursor":' .. ARGV[2] .. ',"seenAbove":[],"reason":"' .. e.reason ..
       '","since":' .. string.format('%.0f', e.since) .. ',"eventAt":' .. string.format('%.0f', e.eventAt) .. '}')
-    if forward then redis.call('DEL', ARGV[5] .. lag[i]) end
   end
 end
 return 1`;
@@ -81,7 +77,6 @@ export async function holdSource(
           f.cursor!,
           f.seen_above!,
           f.updated_at!,
-          parkedIdsKey(prefix, source, ''),
         );
       } catch (err) {
         if (String((err as Error).message).includes('FENCED'))

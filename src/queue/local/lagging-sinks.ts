@@ -37,9 +37,6 @@ export class LaggingSinkRows {
   private readonly knownStmt;
   private readonly lostStmt;
   private readonly rewindStmt;
-  private readonly skipStmt;
-  private readonly dropSkippedIds;
-  private readonly recountIds;
   private readonly lostListStmt;
 
   constructor(db: Db) {
@@ -82,17 +79,6 @@ export class LaggingSinkRows {
     );
     this.rewindStmt = db.prepare(
       `UPDATE lagging_sinks SET cursor = ?, seen_above = '[]' WHERE source = ? AND cursor > ?`,
-    );
-    this.skipStmt = db.prepare(
-      `UPDATE lagging_sinks SET cursor = ?, seen_above = '[]' WHERE source = ? AND cursor < ?`,
-    );
-    this.dropSkippedIds = db.prepare(
-      `DELETE FROM parked_ids WHERE source = ? AND sink IN
-         (SELECT sink FROM lagging_sinks WHERE source = ? AND cursor < ?)`,
-    );
-    this.recountIds = db.prepare(
-      `UPDATE lagging_sinks SET ids = (SELECT COUNT(*) FROM parked_ids p
-         WHERE p.source = lagging_sinks.source AND p.sink = lagging_sinks.sink) WHERE source = ?`,
     );
     this.knownStmt = db.prepare(
       'INSERT OR IGNORE INTO known_sinks (source, sink, generation) VALUES (?, ?, 0)',
@@ -169,18 +155,12 @@ export class LaggingSinkRows {
   }
 
   /**
-   * `cursor set/reset` moved the source's cursor from `before` to `target`: a rewind puts every
-   * sink that lags past the new cursor back to it (it gets what the rewind re-delivers too); a skip
-   * forward moves every sink behind it up to it and drops their parked ids (skipped on purpose,
-   * not lost upstream).
+   * `cursor set/reset` moved the source's cursor back to `target`: every sink lagging past it goes
+   * back to it too (it gets what the rewind re-delivers). A skip forward leaves lagging sinks where
+   * they are: they never received what lies between, and nothing is skipped silently for them.
    */
-  followCursor(source: string, before: number, target: number): void {
-    if (target < before) this.rewindStmt.run(target, source, target);
-    else if (target > before) {
-      this.dropSkippedIds.run(source, source, target);
-      this.skipStmt.run(target, source, target);
-      this.recountIds.run(source);
-    }
+  followCursor(source: string, target: number): void {
+    this.rewindStmt.run(target, source, target);
   }
 
   /** Marks the sinks as seen for `source`; returns those never seen before. */

@@ -28,12 +28,11 @@ export function storeLeases(
         lost: lease.lost,
         release: async () => lease.release(),
         // The store's fence triggers refuse this write if a `run` took the store meanwhile. Sinks
-        // off the shared stream follow the move in the same transaction (LaggingSinkRows.followCursor).
+        // lagging past a rewind follow it in the same transaction (LaggingSinkRows.followCursor).
         save: async (eventId, seenAbove) =>
           db.transaction(() => {
-            const before = cursors.get(source)?.eventId ?? 0;
             cursors.save(source, eventId, seenAbove);
-            lagging.followCursor(source, before, eventId);
+            lagging.followCursor(source, eventId);
           })(),
       };
     },
