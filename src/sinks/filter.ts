@@ -1,9 +1,10 @@
 import type { SinkFilter } from '../config/types.js';
 import type { Change } from '../core/change.js';
 
-/** An empty list means "any"; each non-empty list must contain the change's value. */
+/** An empty list means "any"; a non-empty one must contain the value. */
+const ok = (list: string[], value: string): boolean => list.length === 0 || list.includes(value);
+
 export function passesFilter(filter: SinkFilter, change: Change): boolean {
-  const ok = (list: string[], value: string) => list.length === 0 || list.includes(value);
   return (
     ok(filter.sources, change.source) &&
     ok(filter.services, change.service) &&
@@ -14,6 +15,5 @@ export function passesFilter(filter: SinkFilter, change: Change): boolean {
 
 /** Whether a sink with `filter` can receive anything from a source of `service`. */
 export function wantsSource(filter: SinkFilter, source: string, service: string): boolean {
-  const ok = (list: string[], value: string) => list.length === 0 || list.includes(value);
   return ok(filter.sources, source) && ok(filter.services, service);
 }

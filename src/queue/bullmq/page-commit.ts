@@ -148,7 +148,7 @@ export class LeaseFencedError extends FeedsyncError {
  * The commit raced a change it watches that does not fence it out (a renewal of its own lease, or
  * the sinks off the shared stream moved: a replay): nothing was written; plan the page again.
  */
-export class LaggingChanged extends FeedsyncError {
+export class CommitRaced extends FeedsyncError {
   constructor(
     source: string,
     readonly lagging: string[],
@@ -251,7 +251,7 @@ export function createPageCommitter(opts: {
         for (const slice of plan.slices) slice.jobId = `${baseJobId(slice.jobId)}@c${catchUp.generation}`;
       } else {
         if (plan.laggingAssumed && !sameSet(plan.laggingAssumed, lagging ?? []))
-          throw new LaggingChanged(plan.source, lagging ?? []);
+          throw new CommitRaced(plan.source, lagging ?? []);
         // A try that timed out on the caller's side may still have committed: Redis then holds
         // exactly this cursor, and committing again would count the page twice.
         if (cursor === String(plan.cursor) && seen === JSON.stringify(plan.seenAbove)) {
@@ -364,7 +364,7 @@ export function createPageCommitter(opts: {
               now ? Number(now) : undefined,
             );
         }
-        throw new LaggingChanged(plan.source, await connection.hkeys(laggingKey(prefix, plan.source)));
+        throw new CommitRaced(plan.source, await connection.hkeys(laggingKey(prefix, plan.source)));
       }
       const failed = results.find(([err]) => err);
       if (catchUp && failed && /REFUSED/.test(errorMessage(failed[0])))

@@ -32,7 +32,7 @@ import {
 } from './names.js';
 import {
   createPageCommitter,
-  LaggingChanged,
+  CommitRaced,
   LeaseFencedError,
   type LaggingEntry,
   type PagePlan,
@@ -174,7 +174,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
         return await commitShared(commit, fence);
       } catch (err) {
         // A replay moved a sink between the plan and the commit: plan again with what Redis holds.
-        if (!(err instanceof LaggingChanged) || attempt >= 3) throw err;
+        if (!(err instanceof CommitRaced) || attempt >= 3) throw err;
         view?.lagging.set(commit.source, new Set(err.lagging));
       }
     }
@@ -267,7 +267,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
         opts.leases?.markLost(plan.source, reason.message);
         throw reason;
       }
-      if (reason instanceof CatchUpRefused || reason instanceof LaggingChanged) throw reason;
+      if (reason instanceof CatchUpRefused || reason instanceof CommitRaced) throw reason;
       // A connection that answers nothing (a socket dead without a reset, a Redis that froze and
       // restarted behind it) is never dropped by ioredis on its own: every later commit would time
       // out on it too. Drop it; ioredis reconnects, and the page is retried on a fresh socket.
@@ -323,7 +323,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
         lost = await commitPlan(plan, fence);
       } catch (err) {
         // Raced a renewal of the lease (WATCHed): nothing written, the page is still good.
-        if (!(err instanceof LaggingChanged) || attempt >= 3) throw err;
+        if (!(err instanceof CommitRaced) || attempt >= 3) throw err;
       }
     }
     countQueued(plan.queued);

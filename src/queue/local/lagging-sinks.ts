@@ -32,7 +32,6 @@ export class LaggingSinkRows {
   private readonly pendingStmt;
   private readonly dropIdsStmt;
   private readonly countIds;
-  private readonly generationStmt;
   private readonly bumpStmt;
   private readonly knownStmt;
   private readonly lostStmt;
@@ -64,9 +63,6 @@ export class LaggingSinkRows {
     this.countIds = db.prepare(
       'UPDATE lagging_sinks SET ids = ids + ?, ids_truncated = ids_truncated OR ? WHERE source = ? AND sink = ?',
     );
-    this.generationStmt = db
-      .prepare('SELECT generation FROM known_sinks WHERE source = ? AND sink = ?')
-      .pluck();
     this.bumpStmt = db.prepare(
       `INSERT INTO known_sinks (source, sink, generation) VALUES (?, ?, 1)
        ON CONFLICT (source, sink) DO UPDATE SET generation = generation + 1 RETURNING generation`,
@@ -183,10 +179,6 @@ export class LaggingSinkRows {
       ids: JSON.parse(r.lost_ids) as number[],
       at: r.lost_at,
     }));
-  }
-
-  generation(source: string, sink: string): number {
-    return (this.generationStmt.get(source, sink) as number | undefined) ?? 0;
   }
 }
 
