@@ -6,7 +6,7 @@ import { ConfigError } from '../core/errors.js';
 import { sinkConfigSchema } from '../sinks/registry.js';
 import { atLeastOne, durationMs, isHttpUrl, name, nonEmpty, parseUrl, SERVICE_KINDS } from './fields.js';
 import type { FeedsyncConfig } from './types.js';
-import { isSentinelUrl, parseSentinelUrl } from '../queue/bullmq/redis-sentinel.js';
+import { MULTI_HOST_FORMS, multiHostKind, parseMultiHostUrl } from '../queue/bullmq/redis-multi-host.js';
 
 export { SINK_TYPES } from '../sinks/registry.js';
 export { SERVICE_KINDS } from './fields.js';
@@ -49,9 +49,9 @@ const proxyUrl = z.string().refine((value) => isHttpUrl(value), {
 
 const redisUrl = z.string().refine(
   (value) => {
-    if (isSentinelUrl(value)) {
+    if (multiHostKind(value)) {
       try {
-        parseSentinelUrl(value);
+        parseMultiHostUrl(value);
         return true;
       } catch {
         return false;
@@ -62,8 +62,7 @@ const redisUrl = z.string().refine(
   },
   // Never echo the value: it usually carries the Redis password.
   {
-    error:
-      'must be a redis:// or rediss:// URL, or redis+sentinel://[user:password@]host:port[,host:port…]/<master name>',
+    error: `must be a redis:// or rediss:// URL, or ${MULTI_HOST_FORMS}`,
   },
 );
 

@@ -151,7 +151,7 @@ describe('queue naming', () => {
     expect(leaseTokenKey('feedsync', 'workflow')).toBe('{feedsync}:lease-token:workflow');
     expect(sourceStateKey('feedsync', 'workflow')).toBe('{feedsync}:source:workflow');
     expect(pollersKey('feedsync')).toBe('{feedsync}:pollers');
-    expect(commitStatsKey('feedsync')).toBe('{feedsync}:commit-stats');
+    expect(commitStatsKey('{feedsync}')).toBe('{feedsync}:commit-stats');
   });
 
   it('tells a persisting Redis (AOF or RDB save points) from a volatile one, and refuses the latter', async () => {

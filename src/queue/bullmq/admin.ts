@@ -7,12 +7,13 @@ import type { QueueConfig } from '../../config/types.js';
 import { FeedsyncError, errorMessage } from '../../core/errors.js';
 import type { DeadLetter, DeadLetterFilter, QueueAdmin, SinkJobCounts } from '../queue.js';
 import { progressOf } from './attempts.js';
+import { readBacklogs } from './backlog.js';
 import { buryFailedSlices, openDeadQueue, undeliveredOf, type DeadChange } from './dead-letters.js';
 import {
   assertSinkName,
   backlogKey,
-  bullPrefix,
   jobIdForKey,
+  KeySpace,
   shardIndexes,
   shardOf,
   shardQueueName,
@@ -28,13 +29,18 @@ export interface BullmqAdminOptions {
   connection?: Redis;
   /** Fail an operation that gets no answer from Redis within this long (default 10 s). */
   timeoutMs?: number;
+  /** Where the keys are (default: one Redis, queue.prefix). */
+  keys?: KeySpace;
 }
 
 export type BullmqAdmin = QueueAdmin & { close(): Promise<void> };
 
 interface SinkQueues {
   sink: string;
+  /** Every shard queue of the sink (on a cluster: of every source tag). */
   shards: Queue<ChangeSlice>[];
+  /** The shard queues under one tag. */
+  byTag: Map<string, Queue<ChangeSlice>[]>;
   dead: Queue<DeadChange>;
 }
 
@@ -48,19 +54,26 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
   const logger = opts.logger ?? pino({ level: 'silent' });
   const ownConnection = !opts.connection;
   const connection = opts.connection ?? createRedisConnection(redisEndpoint(opts.queue), 'admin', logger);
-  const prefix = bullPrefix(opts.queue.prefix);
+  const keys = opts.keys ?? KeySpace.single(opts.queue.prefix);
   const jobOptions = sliceJobOptions(opts.queue);
   const queuesBySink = new Map<string, SinkQueues>();
   for (const sink of opts.sinkNames) {
+    const byTag = new Map(
+      keys.queueTags().map((prefix) => [
+        prefix,
+        shardIndexes(opts.queue.shards).map((shard) => {
+          const queue = new Queue<ChangeSlice>(shardQueueName(sink, shard), { connection, prefix });
+          // Failures reach callers as rejections; this only keeps BullMQ from printing each one.
+          queue.on('error', (err: Error) => logger.debug({ sink, err: errorMessage(err) }, 'queue error'));
+          return queue;
+        }),
+      ]),
+    );
     queuesBySink.set(sink, {
       sink,
-      shards: shardIndexes(opts.queue.shards).map((shard) => {
-        const queue = new Queue<ChangeSlice>(shardQueueName(sink, shard), { connection, prefix });
-        // Failures reach callers as rejections; this only keeps BullMQ from printing each one.
-        queue.on('error', (err: Error) => logger.debug({ sink, err: errorMessage(err) }, 'queue error'));
-        return queue;
-      }),
-      dead: openDeadQueue(sink, connection, prefix, logger),
+      shards: [...byTag.values()].flat(),
+      byTag,
+      dead: openDeadQueue(sink, connection, keys.shared, logger),
     });
   }
   let closed: Promise<void> | undefined;
@@ -119,9 +132,9 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
     // operation's deadline says so) rather than failing at once.
     const [anyQueue] = [...queuesBySink.values()].flatMap((q) => q.shards);
     const client = anyQueue ? ((await anyQueue.backend.client) as unknown as Redis) : connection;
-    const backlog = await client.hgetall(backlogKey(opts.queue.prefix));
+    const backlog = await readBacklogs(client, keys, [...queuesBySink.keys()]);
     for (const [sink, queues] of queuesBySink) {
-      let queued = Math.max(0, Number(backlog[sink] ?? 0));
+      let queued = Math.max(0, backlog.get(sink) ?? 0);
       const total: SinkJobCounts = { waiting: 0, active: 0, delayed: 0, failed: 0, dead: 0 };
       for (const queue of queues.shards) {
         const c = await queue.getJobCounts('active', 'failed');
@@ -190,9 +203,16 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
   function retryDead(filter: DeadLetterFilter): Promise<number> {
     return eachDead(filter, async (job, queues) => {
       const change = job.data.change;
-      const shard = queues.shards[shardOf(change, queues.shards.length)]!;
+      const tag = keys.of(change.source);
+      const shards = queues.byTag.get(tag);
+      if (!shards)
+        throw new FeedsyncError(
+          `dlq retry: ${change.key} is of source "${change.source}", which the config no longer has; drop it or add the source back`,
+          false,
+        );
+      const shard = shards[shardOf(change, shards.length)]!;
       await shard.add('slice', { changes: [change] }, { ...jobOptions, jobId: retrySliceJobId(change) });
-      await connection.hincrby(backlogKey(opts.queue.prefix), queues.sink, 1);
+      await connection.hincrby(backlogKey(tag), queues.sink, 1);
       await job.remove();
     });
   }

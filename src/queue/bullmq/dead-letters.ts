@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import { errorMessage } from '../../core/errors.js';
 import type { Change } from '../../core/change.js';
 import { progressOf } from './attempts.js';
-import { deadQueueName, jobIdForKey } from './names.js';
+import { backlogKey, deadQueueName, jobIdForKey } from './names.js';
 import { changesOf } from './slice.js';
 
 export interface DeadChange {
@@ -54,7 +54,12 @@ export function undeliveredOf(job: Job): Change[] {
  * Its undelivered changes become dead letters of the sink, then the job goes. Idempotent (the dead
  * jobs' ids are the keys), so the worker that saw the failure and `dlq` may both do it.
  */
-export async function buryFailedSlice(job: Job, dead: Queue<DeadChange>): Promise<Change[]> {
+export async function buryFailedSlice(
+  job: Job,
+  dead: Queue<DeadChange>,
+  /** The BullMQ prefix of the job's shard queue, whose tag holds the backlog it counted in. */
+  tag: string,
+): Promise<Change[]> {
   const changes = undeliveredOf(job);
   const attempts = Math.max(progressOf(job).attempts, job.stalledCounter ?? 0, job.attemptsMade ?? 0, 1);
   const failedAt = job.finishedOn ?? Date.now();
@@ -68,7 +73,7 @@ export async function buryFailedSlice(job: Job, dead: Queue<DeadChange>): Promis
   if (changes.length > 0) {
     const sink = dead.name.slice(0, -'.dead'.length);
     const client = (await dead.backend.client) as unknown as Redis;
-    await client.hincrby(`${dead.opts.prefix ?? ''}:backlog`, sink, -changes.length);
+    await client.hincrby(backlogKey(tag), sink, -changes.length);
   }
   return changes;
 }
@@ -98,7 +103,7 @@ export async function buryFailedSlices(
         skipped++;
         continue;
       }
-      buried += (await buryFailedSlice(job, dead)).length;
+      buried += (await buryFailedSlice(job, dead, shard.opts.prefix ?? '')).length;
     }
     if (page.length < FAILED_PAGE) return buried;
   }

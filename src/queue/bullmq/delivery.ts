@@ -44,7 +44,7 @@ import type { PipelineEvents } from '../../core/events.js';
 import type { DeliveryRunner, SinkRuntime } from '../queue.js';
 import { buryFailedSlice, buryFailedSlices, openDeadQueue, type DeadChange } from './dead-letters.js';
 import { settledWithin } from './hand-back.js';
-import { assertSinkName, bullPrefix, shardIndexes, shardQueueName } from './names.js';
+import { assertSinkName, KeySpace, shardIndexes, shardQueueName } from './names.js';
 import { closeRedis, createRedisConnection, redisEndpoint } from './redis.js';
 import { warnRedisFailure } from './redis-monitor.js';
 import { Semaphore, SemaphoreClosedError } from '../../semaphore.js';
@@ -58,6 +58,8 @@ export interface BullmqDeliveryOptions {
   sinks: SinkRuntime[];
   events: PipelineEvents;
   logger: Logger;
+  /** Where the keys are (default: one Redis, queue.prefix). */
+  keys?: KeySpace;
 }
 
 /** Never reached in practice; it only switches on BullMQ's limiter-key check (see above). */
@@ -72,7 +74,7 @@ interface ShardWorker {
 export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunner {
   const config = opts.queue;
   for (const runtime of opts.sinks) assertSinkName(runtime.name);
-  const prefix = bullPrefix(config.prefix);
+  const keys = opts.keys ?? KeySpace.single(config.prefix);
   // Aborted shortly before the stop deadline: deliveries still running are handed back to the queue.
   const handBack = new AbortController();
   const stopRequested = new AbortController();
@@ -99,7 +101,13 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
         let lease: ShardLease | 'not-ours' | undefined;
         try {
           const jobRef = { key: ctx.shardQueue.toKey(job.id!), lockToken: token ?? '' };
-          lease = await shardLeases!.acquire(ctx.runtime.name, shard, jobRef, stopRequested.signal);
+          lease = await shardLeases!.acquire(
+            ctx.shardQueue.opts.prefix ?? '',
+            ctx.runtime.name,
+            shard,
+            jobRef,
+            stopRequested.signal,
+          );
         } catch (err) {
           // Redis away: give the job back (no attempt spent) rather than fail it and bury its changes.
           ctx.logger.warn(
@@ -128,7 +136,7 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
   /** A slice BullMQ failed itself: its undelivered changes become dead letters (see above). */
   async function buryFailed(ctx: SliceDeliveryContext, job: Job): Promise<void> {
     try {
-      const buried = await buryFailedSlice(job, ctx.deadQueue);
+      const buried = await buryFailedSlice(job, ctx.deadQueue, ctx.shardQueue.opts.prefix ?? '');
       for (const change of buried) {
         opts.events.emit('delivery:finished', {
           sink: ctx.runtime.name,
@@ -177,9 +185,13 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
       const semaphore = new Semaphore(config.concurrency);
       semaphores.set(runtime.name, semaphore);
       const logger = opts.logger.child({ sink: runtime.name });
-      const deadQueue: Queue<DeadChange> = openDeadQueue(runtime.name, connection, prefix, logger);
+      const deadQueue: Queue<DeadChange> = openDeadQueue(runtime.name, connection, keys.shared, logger);
       queues.push(deadQueue);
-      for (const shard of shardIndexes(config.shards)) {
+      // One Redis: one queue per shard. A cluster: one per shard and source tag (names.ts).
+      const shardQueues = keys
+        .queueTags()
+        .flatMap((prefix) => shardIndexes(config.shards).map((shard) => ({ prefix, shard })));
+      for (const { prefix, shard } of shardQueues) {
         // stop() may come while we wait for Redis here: start no more workers then.
         if (stopRequested.signal.aborted) return;
         const name = shardQueueName(runtime.name, shard);

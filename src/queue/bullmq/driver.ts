@@ -19,6 +19,8 @@ import {
 } from './redis-preflight.js';
 import { redisReadinessCheck } from './redis-readiness.js';
 import { createRedisSourceState } from './source-state.js';
+import { KeySpace } from './names.js';
+import { multiHostKind } from './redis-multi-host.js';
 
 export type BullmqDriver = QueueDriver & {
   /** Sources whose lease this process holds (poll/run), for feedsync_source_leader. */
@@ -33,7 +35,12 @@ export async function createBullmqDriver(
   // Every connection below (the producer's, admin's and delivery's too) shares this endpoint: its
   // TLS settings and one monitor that counts, logs and remembers Redis failures for /readyz.
   const endpoint = openRedisEndpoint(config.queue, { logger, events: ctx.events });
-  const prefix = config.queue.prefix;
+  // One Redis: every key under one hash tag. A Redis Cluster: one tag per source (names.ts).
+  const sources = config.sources.map((s) => s.name);
+  const prefix =
+    multiHostKind(endpoint.url) === 'cluster'
+      ? KeySpace.cluster(config.queue.prefix, sources)
+      : KeySpace.single(config.queue.prefix);
   const polls = mode === 'run' || mode === 'poll';
   const delivers = mode === 'run' || mode === 'work';
   await assertRedisCredentials(endpoint, logger);
@@ -61,6 +68,7 @@ export async function createBullmqDriver(
       queue: config.queue,
       sinkNames: config.sinks.map((s) => s.name),
       logger,
+      keys: prefix,
     });
     releasers.push(() => admin.close());
     const stored = createRedisSourceState(stateConnection, prefix);
@@ -71,7 +79,7 @@ export async function createBullmqDriver(
       const l = createRedisSourceLeases({
         redisUrl: endpoint,
         prefix,
-        sources: config.sources.map((s) => s.name),
+        sources,
         ttlMs: config.queue.lease_ttl_ms,
         owner: opts.owner,
         logger,
@@ -86,6 +94,7 @@ export async function createBullmqDriver(
         leases: l,
         logger,
         events: ctx.events,
+        keys: prefix,
       });
       releasers.push(() => p.close());
       producer = p;
@@ -117,7 +126,13 @@ export async function createBullmqDriver(
       : stored;
 
     const delivery = delivers
-      ? createBullmqDelivery({ queue: config.queue, sinks: ctx.sinks, events: ctx.events, logger })
+      ? createBullmqDelivery({
+          queue: config.queue,
+          sinks: ctx.sinks,
+          events: ctx.events,
+          logger,
+          keys: prefix,
+        })
       : undefined;
 
     return {
@@ -126,12 +141,7 @@ export async function createBullmqDriver(
       leases: sourceLeases,
       delivery,
       admin,
-      positions: redisPositionsAdmin(
-        stateConnection,
-        config.queue.prefix,
-        config.sources.map((s) => s.name),
-        producerSinks(config),
-      ),
+      positions: redisPositionsAdmin(stateConnection, prefix, sources, producerSinks(config)),
       checks: { redis: redisReadinessCheck(stateConnection, endpoint.monitor) },
       leading: () => leases?.held() ?? [],
       close,

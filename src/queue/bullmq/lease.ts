@@ -10,7 +10,7 @@ import type { Logger } from 'pino';
 import { sleep } from '../../backoff.js';
 import { FeedsyncError, errorMessage } from '../../core/errors.js';
 import type { HeldLease, SourceLeases } from '../driver.js';
-import { leaseKey, leaseTokenKey, pollersKey } from './names.js';
+import { leaseKey, leaseTokenKey, pollersKey, type Keys } from './names.js';
 import { closeRedis, createRedisConnection, type RedisEndpoint } from './redis.js';
 import { warnRedisFailure } from './redis-monitor.js';
 import { ACQUIRE, ownerOf, RELEASE, RENEW } from './lease-scripts.js';
@@ -41,8 +41,8 @@ export interface RedisSourceLeases extends SourceLeases {
 export interface RedisLeasesOptions {
   /** A URL, or the driver's endpoint (TLS settings, shared monitor). */
   redisUrl: string | RedisEndpoint;
-  /** queue.prefix (without braces). */
-  prefix: string;
+  /** queue.prefix (without braces: one Redis), or where the keys are. */
+  prefix: Keys;
   /** Every source the replicas share, for the fair share. */
   sources: string[];
   ttlMs?: number;
@@ -305,7 +305,7 @@ function whenReady(client: Redis, timeoutMs: number): Promise<void> {
 /** Who holds `source`'s lease, without joining the pollers (for `cursor` refusals and `status`). */
 export async function readLeaseHolder(
   client: Redis,
-  prefix: string,
+  prefix: Keys,
   source: string,
 ): Promise<string | undefined> {
   return ownerOf(await client.get(leaseKey(prefix, source)));

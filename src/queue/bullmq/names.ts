@@ -1,9 +1,14 @@
 // How feedsync lays out its BullMQ queues and job ids in Redis. Producers, workers, admin and the
 // source leases must agree on every name here, so it all lives in one file.
 //
-// Layout, for config `prefix: feedsync`, sink `hook`, shards 4:
+// Layout, for config `prefix: feedsync`, sink `hook`, shards 4, on one Redis (standalone or Sentinel):
 //   BullMQ prefix   `{feedsync}`        the braces are a Redis Cluster hash tag: every key of
 //                                       feedsync lands in one slot, as BullMQ's docs require
+// On a Redis Cluster each source gets its own tag instead, `{feedsync:scheduling}` (KeySpace
+// below): its state, lease, positions AND its own shard queues share one slot, so a page commit
+// (one MULTI over the source's queues and cursor) stays atomic, while sources spread over slots.
+// Keys not tied to a source (pollers, dead-letter queues) keep `{feedsync}`. The names below are
+// written for one Redis; on a cluster read `{feedsync}` as the source's tag where a source is named.
 //   shard queues    `hook.0` … `hook.3` one queue per sink and shard (keys `{feedsync}:hook.2:wait`, …)
 //                                       whose jobs are slices: the changes of one page that map to
 //                                       that shard, data `{ changes: [...] }` (see slice.ts)
@@ -35,6 +40,55 @@ import type { Change } from '../../core/change.js';
 
 export function bullPrefix(prefix: string): string {
   return `{${prefix}}`;
+}
+
+/**
+ * Which hash tag each key gets. One Redis: one tag for everything (the layout every earlier
+ * version wrote, so nothing moves on upgrade). Redis Cluster: one tag per source, so a cluster
+ * spreads the sources over its primaries; a source's shard queues live under its tag, which makes
+ * a sink's queues one set per source there.
+ */
+export class KeySpace {
+  private constructor(
+    readonly prefix: string,
+    /** Per-source tags (Redis Cluster). */
+    readonly perSource: boolean,
+    private readonly sources: readonly string[],
+  ) {}
+
+  static single(prefix: string): KeySpace {
+    return new KeySpace(prefix, false, []);
+  }
+
+  static cluster(prefix: string, sources: readonly string[]): KeySpace {
+    return new KeySpace(prefix, true, sources);
+  }
+
+  /** The tag of everything about `source`, and the BullMQ prefix of its shard queues. */
+  of(source: string): string {
+    return this.perSource ? `{${this.prefix}:${source}}` : bullPrefix(this.prefix);
+  }
+
+  /** The tag of keys no source owns: poll replicas, dead-letter queues. */
+  get shared(): string {
+    return bullPrefix(this.prefix);
+  }
+
+  /** Every tag shard queues live under (one per source on a cluster, else the one tag). */
+  queueTags(): string[] {
+    return this.perSource ? [...new Set(this.sources.map((s) => this.of(s)))] : [this.shared];
+  }
+}
+
+/** A KeySpace, or a bare queue.prefix meaning one Redis (tests and tools). */
+export type Keys = KeySpace | string;
+
+export function keySpace(keys: Keys): KeySpace {
+  return typeof keys === 'string' ? KeySpace.single(keys) : keys;
+}
+
+function tagOf(keys: Keys, source: string): string {
+  return keySpace(keys).of(source);
 }
 
 /** Sink names become part of queue names; BullMQ rejects `:` there. */
@@ -92,58 +146,58 @@ export function shardOf(change: Pick<Change, 'subject_url' | 'key'>, shards: num
 }
 
 /** A source's cursor, seen_above and poll status (scaled mode keeps no state on disk). */
-export function sourceStateKey(prefix: string, source: string): string {
-  return `${bullPrefix(prefix)}:source:${source}`;
+export function sourceStateKey(keys: Keys, source: string): string {
+  return `${tagOf(keys, source)}:source:${source}`;
 }
 
-export function leaseKey(prefix: string, source: string): string {
-  return `${bullPrefix(prefix)}:lease:${source}`;
+export function leaseKey(keys: Keys, source: string): string {
+  return `${tagOf(keys, source)}:lease:${source}`;
 }
 
 /** Never expires: a token is never handed out twice, even after the lease key expired. */
-export function leaseTokenKey(prefix: string, source: string): string {
-  return `${bullPrefix(prefix)}:lease-token:${source}`;
+export function leaseTokenKey(keys: Keys, source: string): string {
+  return `${tagOf(keys, source)}:lease-token:${source}`;
 }
 
 /** The lease of one sink shard's deliveries (shard-lease.ts): `<token> <owner>`, expires unless renewed. */
-export function shardLeaseKey(prefix: string, sink: string, shard: number): string {
-  return `${bullPrefix(prefix)}:shard-lease:${sink}.${shard}`;
+export function shardLeaseKey(tag: string, sink: string, shard: number): string {
+  return `${tag}:shard-lease:${sink}.${shard}`;
 }
 
 /** Counter, +1 per acquisition of the shard lease (its fencing token). */
-export function shardLeaseTokenKey(prefix: string, sink: string, shard: number): string {
-  return `${bullPrefix(prefix)}:shard-lease-token:${sink}.${shard}`;
+export function shardLeaseTokenKey(tag: string, sink: string, shard: number): string {
+  return `${tag}:shard-lease-token:${sink}.${shard}`;
 }
 
 /** Hash: per sink, the changes queued and not yet delivered or dead-lettered (exact; see page-commit.ts). */
-export function backlogKey(prefix: string): string {
-  return `${bullPrefix(prefix)}:backlog`;
+export function backlogKey(tag: string): string {
+  return `${tag}:backlog`;
 }
 
-export function pollersKey(prefix: string): string {
-  return `${bullPrefix(prefix)}:pollers`;
+export function pollersKey(keys: Keys): string {
+  return `${keySpace(keys).shared}:pollers`;
 }
 
-export function commitStatsKey(prefix: string): string {
-  return `${bullPrefix(prefix)}:commit-stats`;
+export function commitStatsKey(tag: string): string {
+  return `${tag}:commit-stats`;
 }
 
 /** Hash: sink → its own position (JSON) while it is off the source's shared stream. */
-export function laggingKey(prefix: string, source: string): string {
-  return `${bullPrefix(prefix)}:lagging:${source}`;
+export function laggingKey(keys: Keys, source: string): string {
+  return `${tagOf(keys, source)}:lagging:${source}`;
 }
 
 /** Hash: sink → generation; a sink is registered for the source once it has a field here. */
-export function knownSinksKey(prefix: string, source: string): string {
-  return `${bullPrefix(prefix)}:sinks:${source}`;
+export function knownSinksKey(keys: Keys, source: string): string {
+  return `${tagOf(keys, source)}:sinks:${source}`;
 }
 
 /** Set: the ids the shared poll passed for a parked sink. */
-export function parkedIdsKey(prefix: string, source: string, sink: string): string {
-  return `${bullPrefix(prefix)}:parked:${source}:${sink}`;
+export function parkedIdsKey(keys: Keys, source: string, sink: string): string {
+  return `${tagOf(keys, source)}:parked:${source}:${sink}`;
 }
 
 /** Hash: sink → what its catch-ups found lost upstream (JSON {count, ids, at}). */
-export function lostKey(prefix: string, source: string): string {
-  return `${bullPrefix(prefix)}:lost:${source}`;
+export function lostKey(keys: Keys, source: string): string {
+  return `${tagOf(keys, source)}:lost:${source}`;
 }

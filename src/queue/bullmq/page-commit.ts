@@ -23,11 +23,13 @@ import { CatchUpRefused, LOST_IDS_KEPT, MAX_PENDING_IDS, type LagReason } from '
 import {
   backlogKey,
   commitStatsKey,
+  keySpace,
   knownSinksKey,
   laggingKey,
   lostKey,
   parkedIdsKey,
   sourceStateKey,
+  type Keys,
 } from './names.js';
 import { awaitReplicas } from './replication.js';
 import type { ChangeSlice } from './slice.js';
@@ -181,14 +183,15 @@ export interface PageCommitter {
 export function createPageCommitter(opts: {
   /** Dedicated to commits (see the WATCH note above); the queues of the plans must use it. */
   connection: Redis;
-  prefix: string;
+  /** Where the keys are (a bare queue.prefix: one Redis). */
+  keys: Keys;
   jobOptions: Record<string, unknown>;
   /** queue.min_replicas_acked: WAIT for this many replicas after each commit (replication.ts). */
   minReplicasAcked?: number;
 }): PageCommitter {
-  const { connection, prefix } = opts;
+  const { connection } = opts;
+  const prefix = keySpace(opts.keys);
   const minReplicas = opts.minReplicasAcked ?? 0;
-  const statsKey = commitStatsKey(prefix);
   // A reconnect between WATCH and EXEC would drop the WATCH silently: count connections, and give
   // up a commit whose connection changed underneath it (the poller retries the page).
   let connections = 0;
@@ -200,6 +203,8 @@ export function createPageCommitter(opts: {
     fence: LeaseFence | undefined,
   ): Promise<'committed' | 'already' | number[]> {
     const stateKey = sourceStateKey(prefix, plan.source);
+    // Every key of the commit carries the source's tag: one slot, also on a Redis Cluster.
+    const tag = prefix.of(plan.source);
     const knownKey = knownSinksKey(prefix, plan.source);
     const catchUp = plan.catchUp;
     // The BullMQ-aware client: its MULTI knows the job scripts. Every plan queue shares `connection`.
@@ -259,7 +264,8 @@ export function createPageCommitter(opts: {
           // The earlier try may have failed its own WAIT (or run on a connection since replaced):
           // the page counts as committed only once the replicas have it.
           await awaitReplicas(connection, minReplicas, `the page commit of ${plan.source}`, {
-            touch: prefix,
+            tag,
+            touch: true,
           });
           return 'already';
         }
@@ -292,7 +298,7 @@ export function createPageCommitter(opts: {
           knownKey,
           laggingKey(prefix, plan.source),
           parkedIdsKey(prefix, plan.source, sink),
-          backlogKey(prefix),
+          backlogKey(tag),
           lostKey(prefix, plan.source),
           ...jobKeys,
           fence?.value ?? '',
@@ -326,9 +332,9 @@ export function createPageCommitter(opts: {
           WRITE_CURSOR,
           6 + pass.length + jobKeys.length,
           stateKey,
-          statsKey,
+          commitStatsKey(tag),
           fence?.leaseKey ?? stateKey,
-          backlogKey(prefix),
+          backlogKey(tag),
           laggingKey(prefix, plan.source),
           knownKey,
           ...pass.map((sink) => parkedIdsKey(prefix, plan.source, sink)),
@@ -385,6 +391,7 @@ export function createPageCommitter(opts: {
         catchUp
           ? `the catch-up commit of ${plan.source} (sink ${catchUp.sink})`
           : `the page commit of ${plan.source}`,
+        { tag },
       );
       if (catchUp) return ((results.at(-1)?.[1] ?? []) as (string | number)[]).map(Number);
       return 'committed';

@@ -4,7 +4,8 @@
 import type { Redis } from 'ioredis';
 import type { LaggingSink, LostUpstream, ReplayRequest, SinkPositionsAdmin } from '../queue.js';
 import { MAX_PENDING_IDS, replayRefusal, ReplayRefused, type ProducerSink } from '../sink-positions.js';
-import { backlogKey, knownSinksKey, laggingKey, lostKey, parkedIdsKey, sourceStateKey } from './names.js';
+import { readBacklogs } from './backlog.js';
+import { knownSinksKey, laggingKey, lostKey, parkedIdsKey, sourceStateKey, type Keys } from './names.js';
 import type { LaggingEntry } from './page-commit.js';
 
 // KEYS: lagging-sinks hash, known-sinks hash. ARGV: sink, the entry, the generation the caller
@@ -21,15 +22,16 @@ return 1`;
 /** The sinks off `source`'s shared stream, as Redis holds them now. */
 export async function readLagging(
   client: Redis,
-  prefix: string,
+  prefix: Keys,
   source: string,
   sinks: ProducerSink[],
 ): Promise<LaggingSink[]> {
-  const [entries, generations, backlogs] = await Promise.all([
+  const [entries, generations] = await Promise.all([
     client.hgetall(laggingKey(prefix, source)),
     client.hgetall(knownSinksKey(prefix, source)),
-    client.hgetall(backlogKey(prefix)),
   ]);
+  const lagging = Object.keys(entries);
+  const backlogs = lagging.length ? await readBacklogs(client, prefix, lagging) : new Map<string, number>();
   const out: LaggingSink[] = [];
   for (const [sink, text] of Object.entries(entries)) {
     const entry = JSON.parse(text) as LaggingEntry;
@@ -45,7 +47,7 @@ export async function readLagging(
       generation: Number(generations[sink] ?? 0),
       pendingIds,
       idsTruncated: pendingIds >= MAX_PENDING_IDS,
-      backlog: Number(backlogs[sink] ?? 0),
+      backlog: backlogs.get(sink) ?? 0,
       bound: sinks.find((s) => s.name === sink)?.maxBacklog ?? Number.MAX_SAFE_INTEGER,
     });
   }
@@ -54,7 +56,7 @@ export async function readLagging(
 
 export function redisPositionsAdmin(
   client: Redis,
-  prefix: string,
+  prefix: Keys,
   sources: string[],
   sinks: ProducerSink[],
 ): SinkPositionsAdmin {

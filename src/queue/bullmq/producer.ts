@@ -20,10 +20,11 @@ import type {
 } from '../queue.js';
 import { CatchUpRefused, catchUpWindow, reportParked, type ProducerSink } from '../sink-positions.js';
 import type { LeaseFence, RedisSourceLeases } from './lease.js';
+import { readBacklogs } from './backlog.js';
 import {
   assertSinkName,
   backlogKey,
-  bullPrefix,
+  KeySpace,
   knownSinksKey,
   laggingKey,
   shardIndexes,
@@ -53,6 +54,8 @@ export interface BullmqProducerOptions {
   leases?: Pick<RedisSourceLeases, 'fence' | 'markLost'>;
   /** A connection to use instead of one made from `queue.redis_url`; the caller keeps ownership. */
   connection?: Redis;
+  /** Where the keys are (default: one Redis, queue.prefix). */
+  keys?: KeySpace;
   /** Give up on a page after this long (default 10 s); see commitPage. */
   addTimeoutMs?: number;
   events?: PipelineEvents;
@@ -116,7 +119,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
   for (const sink of opts.sinks) assertSinkName(sink.name);
   const ownConnection = !opts.connection;
   const connection = opts.connection ?? createRedisConnection(redisEndpoint(config), 'producer', opts.logger);
-  const prefix = bullPrefix(config.prefix);
+  const keys = opts.keys ?? KeySpace.single(config.prefix);
   const shards = shardIndexes(config.shards);
   const addTimeoutMs = opts.addTimeoutMs ?? DEFAULT_ADD_TIMEOUT_MS;
   const jobOptions = sliceJobOptions(config);
@@ -126,31 +129,42 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     : createRedisConnection(redisEndpoint(config), 'producer', opts.logger);
   const committer = createPageCommitter({
     connection: commitConnection,
-    prefix: config.prefix,
+    keys,
     jobOptions,
     minReplicasAcked: config.min_replicas_acked,
   });
 
-  const sinks = opts.sinks.map((sink) => ({
-    ...sink,
-    /** For counting (backlog). */
-    queues: shards.map(
-      (shard) => new Queue<ChangeSlice>(shardQueueName(sink.name, shard), { connection, prefix }),
-    ),
-    /** The same queues on the commit connection: jobs are added through these. */
-    commitQueues: shards.map(
-      (shard) =>
-        new Queue<ChangeSlice>(shardQueueName(sink.name, shard), { connection: commitConnection, prefix }),
-    ),
-  }));
-  for (const sink of sinks) {
-    for (const q of [...sink.queues, ...sink.commitQueues]) {
-      // Errors also surface as commitPage rejections; this only keeps them from being unhandled.
-      q.on('error', (err: Error) =>
-        opts.logger.debug({ sink: sink.name, err: errorMessage(err) }, 'queue error'),
-      );
-    }
+  /** A sink's shard queues under one tag: for counting, and the same on the commit connection. */
+  interface TagQueues {
+    queues: Queue<ChangeSlice>[];
+    commitQueues: Queue<ChangeSlice>[];
   }
+  const opened: Queue<ChangeSlice>[] = [];
+  const openQueue = (sink: string, shard: number, tag: string, on: Redis) => {
+    const queue = new Queue<ChangeSlice>(shardQueueName(sink, shard), { connection: on, prefix: tag });
+    // Errors also surface as commitPage rejections; this only keeps them from being unhandled.
+    queue.on('error', (err: Error) => opts.logger.debug({ sink, err: errorMessage(err) }, 'queue error'));
+    opened.push(queue);
+    return queue;
+  };
+  const sinks = opts.sinks.map((sink) => {
+    const byTag = new Map<string, TagQueues>();
+    return {
+      ...sink,
+      /** The sink's queues under `tag` (a source's on a cluster; the one tag otherwise). */
+      at(tag: string): TagQueues {
+        let q = byTag.get(tag);
+        if (!q) {
+          q = {
+            queues: shards.map((shard) => openQueue(sink.name, shard, tag, connection)),
+            commitQueues: shards.map((shard) => openQueue(sink.name, shard, tag, commitConnection)),
+          };
+          byTag.set(tag, q);
+        }
+        return q;
+      },
+    };
+  });
 
   let view: View | undefined;
   let viewInFlight: Promise<View> | undefined;
@@ -212,7 +226,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
         );
         continue;
       }
-      slices.push(...planSlices(sink, wanted));
+      slices.push(...planSlices(sink, commit.source, wanted));
       queued[sink.name] = wanted.length;
     }
     const plan: PagePlan = {
@@ -237,16 +251,17 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
   }
 
   /** The slices of one sink's changes: grouped by shard, feed order kept inside each shard. */
-  function planSlices(sink: (typeof sinks)[number], changes: Change[]): PlannedSlice[] {
+  function planSlices(sink: (typeof sinks)[number], source: string, changes: Change[]): PlannedSlice[] {
+    const queues = sink.at(keys.of(source)).commitQueues;
     const perShard = new Map<number, Change[]>();
     for (const change of changes) {
-      const shard = shardOf(change, sink.queues.length);
+      const shard = shardOf(change, queues.length);
       const list = perShard.get(shard) ?? [];
       list.push(change);
       perShard.set(shard, list);
     }
     return [...perShard].map(([shard, list]) => ({
-      queue: sink.commitQueues[shard]!,
+      queue: queues[shard]!,
       jobId: sliceJobId(list),
       changes: list,
     }));
@@ -299,7 +314,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     const wanted = sink ? commit.changes.filter((change) => passesFilter(sink.filter, change)) : [];
     const plan: PagePlan = {
       source: commit.source,
-      slices: sink ? planSlices(sink, wanted) : [],
+      slices: sink ? planSlices(sink, commit.source, wanted) : [],
       queued: { [commit.sink]: wanted.length },
       cursor: commit.cursor,
       seenAbove: commit.seenAbove,
@@ -333,15 +348,18 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
 
   async function laggingSinks(source: string): Promise<LaggingSink[]> {
     const client = await queueClient();
-    const lagging = await readLagging(client, opts.queue.prefix, source, opts.sinks);
+    const lagging = await readLagging(client, keys, source, opts.sinks);
     for (const lag of lagging) {
       if (lag.backlog < catchUpWindow(lag.bound)) continue;
       // The counter is kept by commits and workers; a Redis restart that lost its last second, or
       // a worker killed at the wrong moment, can leave it above what is really queued, and a
       // parked sink would then wait for ever. Its shard queues tell: empty means nothing waits.
       const sink = sinks.find((s) => s.name === lag.sink);
-      if (sink && (await queuesEmpty(client, backlogKey(opts.queue.prefix), sink.queues, lag.sink)))
-        lag.backlog = 0;
+      if (!sink) continue;
+      let empty = true;
+      for (const tag of keys.queueTags())
+        empty = (await queuesEmpty(client, backlogKey(tag), sink.at(tag).queues, lag.sink)) && empty;
+      if (empty) lag.backlog = 0;
     }
     // The poller asks between its commits: what it reads is what its next commit must honour.
     view?.lagging.set(source, new Set(lagging.map((l) => l.sink)));
@@ -366,9 +384,9 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
       const added = await client.eval(
         REGISTER,
         3,
-        fence?.leaseKey ?? knownSinksKey(opts.queue.prefix, source),
-        knownSinksKey(opts.queue.prefix, source),
-        laggingKey(opts.queue.prefix, source),
+        fence?.leaseKey ?? knownSinksKey(keys, source),
+        knownSinksKey(keys, source),
+        laggingKey(keys, source),
         fence?.value ?? '',
         sink.name,
         entry ? JSON.stringify(entry) : '',
@@ -381,15 +399,8 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
 
   /** A queue's client: it waits for the first connection, as the commits do. */
   async function queueClient(): Promise<Redis> {
-    const first = sinks[0]?.queues[0];
+    const first = sinks[0]?.at(keys.shared).queues[0];
     return first ? ((await first.backend.client) as unknown as Redis) : connection;
-  }
-
-  /** The counters the commits and the workers keep (page-commit.ts). */
-  async function readBacklogs(): Promise<Map<string, number>> {
-    const client = await queueClient();
-    const counts = await client.hmget(backlogKey(opts.queue.prefix), ...sinks.map((s) => s.name));
-    return new Map(sinks.map((s, i) => [s.name, Number(counts[i] ?? 0)]));
   }
 
   /**
@@ -402,7 +413,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     const current = await backlogView();
     if (!current.lagging.has(source)) {
       const client = await queueClient();
-      current.lagging.set(source, new Set(await client.hkeys(laggingKey(opts.queue.prefix, source))));
+      current.lagging.set(source, new Set(await client.hkeys(laggingKey(keys, source))));
     }
     return current;
   }
@@ -419,7 +430,14 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     if (!view || Date.now() - view.at >= VIEW_CACHE_MS) {
       const since = queuedSince;
       queuedSince = new Map();
-      viewInFlight ??= readBacklogs()
+      viewInFlight ??= queueClient()
+        .then((client) =>
+          readBacklogs(
+            client,
+            keys,
+            sinks.map((s) => s.name),
+          ),
+        )
         .then((backlog) => {
           // Pages committed while Redis was being read may be missing from its figures: add them
           // (possibly twice; over-estimating is the safe side until the next read).
@@ -446,9 +464,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
 
   function close(): Promise<void> {
     closed ??= (async () => {
-      await Promise.allSettled(
-        sinks.flatMap((sink) => [...sink.queues, ...sink.commitQueues].map((q) => q.close())),
-      );
+      await Promise.allSettled(opened.map((q) => q.close()));
       await closeRedis(commitConnection);
       if (ownConnection) await closeRedis(connection);
     })();

@@ -181,11 +181,12 @@ export function instrumentRedis(client: Redis, role: Role, monitor: RedisMonitor
   monitors.set(client, monitor);
   client.on('error', (err: unknown) => monitor.failed(role, err));
   client.on('ready', () => monitor.succeeded(role));
-  const send = client.sendCommand.bind(client);
+  const send = client.sendCommand.bind(client) as (command: Command, ...rest: unknown[]) => unknown;
   // ioredis passes a command through sendCommand again when it flushes its offline queue.
   const watched = new WeakSet<Command>();
-  client.sendCommand = (command: Command, stream?: Parameters<Redis['sendCommand']>[1]) => {
-    const result = send(command, stream);
+  // A cluster client passes the target node as a third argument: everything is handed on.
+  client.sendCommand = ((command: Command, ...rest: unknown[]) => {
+    const result = send(command, ...rest);
     if (!watched.has(command) && !OPTIONAL_COMMANDS.has(command.name.toLowerCase())) {
       watched.add(command);
       const id = commandId(command);
@@ -195,9 +196,11 @@ export function instrumentRedis(client: Redis, role: Role, monitor: RedisMonitor
       );
     }
     return result;
-  };
-  const duplicate = client.duplicate.bind(client);
-  client.duplicate = (override) => instrumentRedis(duplicate(override), role, monitor);
+  }) as Redis['sendCommand'];
+  // Redis.duplicate(options) and Cluster.duplicate(nodes, options): the arguments pass as given.
+  const duplicate = client.duplicate.bind(client) as (...args: unknown[]) => Redis;
+  client.duplicate = ((...args: unknown[]) =>
+    instrumentRedis(duplicate(...args), role, monitor)) as Redis['duplicate'];
   return client;
 }
 

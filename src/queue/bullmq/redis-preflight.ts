@@ -1,15 +1,17 @@
 // What the driver checks before it opens its connections: credentials and TLS (a refusal there
 // never fixes itself, so start-up fails naming it instead of reconnecting forever), whether the
 // user may run INFO, the eviction policy, and whether Redis keeps its data across a restart.
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { connect as netConnect, type Socket } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import type { Logger } from 'pino';
 import { FeedsyncError, errorMessage } from '../../core/errors.js';
 import { classifyRedisError, redisErrorHint } from './redis-errors.js';
-import { isSentinelUrl } from './redis-sentinel.js';
+import { multiHostKind, parseMultiHostUrl } from './redis-multi-host.js';
 import {
   describeTarget,
+  isRedisClient,
+  onEveryPrimary,
   parseRedisUrl,
   redactRedisUrl,
   withClient,
@@ -42,26 +44,22 @@ export async function assertRedisCredentials(
   timeoutMs = 5_000,
 ): Promise<void> {
   const endpoint = typeof target === 'string' ? { url: target } : target;
+  const server = credentialTarget(endpoint.url);
   // Behind Sentinel the primary's address is known only by asking the sentinels: the connections
   // do that (ioredis); a refused AUTH then shows as reconnects and in /readyz, not at start-up.
-  if (isSentinelUrl(endpoint.url)) return;
-  const parsed = parseRedisUrl(endpoint.url);
+  if (!server) return;
   const where = redactRedisUrl(endpoint.url);
-  const tls = parsed.protocol === 'rediss:';
-  if (!parsed.password && !tls) return;
+  const { tls } = server;
+  if (!server.password && !tls) return;
   // A password is checked with AUTH; over TLS without one, PING shows whether the server wants one.
-  const args = parsed.password
-    ? [
-        'AUTH',
-        ...(parsed.username ? [decodeURIComponent(parsed.username)] : []),
-        decodeURIComponent(parsed.password),
-      ]
+  const args = server.password
+    ? ['AUTH', ...(server.username ? [server.username] : []), server.password]
     : ['PING'];
   const command = `*${args.length}\r\n${args.map((a) => `$${Buffer.byteLength(a)}\r\n${a}\r\n`).join('')}`;
   let reply: string;
   try {
     reply = await exchange(
-      { host: parsed.hostname.replace(/^\[|\]$/g, ''), port: Number(parsed.port || 6379) },
+      { host: server.host, port: server.port },
       tls ? (endpoint.tls ?? {}) : undefined,
       command,
       timeoutMs,
@@ -78,11 +76,41 @@ export async function assertRedisCredentials(
   }
   if (reply.startsWith('-') && classifyRedisError(reply) === 'wrongpass')
     throw new FeedsyncError(
-      parsed.password
+      server.password
         ? `queue.redis_url: Redis at ${where} rejected the credentials (${reply.slice(1)})`
         : `queue.redis_url: Redis at ${where} requires a password (${reply.slice(1)}): put user and password in the URL`,
       false,
     );
+}
+
+interface CredentialTarget {
+  host: string;
+  port: number;
+  tls: boolean;
+  username?: string;
+  password?: string;
+}
+
+/** The server whose AUTH tells: the URL's, or a cluster's first seed node; none behind Sentinel. */
+function credentialTarget(url: string): CredentialTarget | undefined {
+  if (multiHostKind(url) === 'sentinel') return undefined;
+  if (multiHostKind(url) === 'cluster') {
+    const { hosts, tls, username, password } = parseMultiHostUrl(url);
+    return {
+      ...hosts[0]!,
+      tls,
+      ...(username !== undefined && { username }),
+      ...(password !== undefined && { password }),
+    };
+  }
+  const parsed = parseRedisUrl(url);
+  return {
+    host: parsed.hostname.replace(/^\[|\]$/g, ''),
+    port: Number(parsed.port || 6379),
+    tls: parsed.protocol === 'rediss:',
+    ...(parsed.username && { username: decodeURIComponent(parsed.username) }),
+    ...(parsed.password && { password: decodeURIComponent(parsed.password) }),
+  };
 }
 
 /** One raw RESP command over TCP or TLS; resolves with the first line of the reply. */
@@ -118,7 +146,7 @@ export async function redisAllowsInfo(target: RedisTarget, logger: Logger): Prom
   const probe: RedisTarget =
     typeof target === 'string'
       ? { url: target, infoRefused: true }
-      : target instanceof Redis
+      : isRedisClient(target)
         ? target
         : { ...target, infoRefused: true };
   return withClient(probe, logger, async (client) => {
@@ -141,7 +169,10 @@ export async function redisAllowsInfo(target: RedisTarget, logger: Logger): Prom
  * CONFIG: that is reported at debug level, not as a failure.
  */
 export async function checkRedisPolicy(target: RedisTarget, logger: Logger): Promise<string | undefined> {
-  return withClient(target, logger, (client) => readPolicy(client, logger));
+  return withClient(target, logger, async (client) => {
+    const policies = await onEveryPrimary(client, (node) => readPolicy(node, logger));
+    return policies.find((p) => p !== 'noeviction') ?? policies[0];
+  });
 }
 
 async function readPolicy(client: Redis, logger: Logger): Promise<string | undefined> {
@@ -175,34 +206,43 @@ export interface RedisPersistence {
  * since start (`rdb_saves`, Redis 7+) counts as persisting. A user allowed neither gets "unknown".
  */
 export async function readRedisPersistence(target: RedisTarget, logger: Logger): Promise<RedisPersistence> {
+  // On a cluster every primary holds some sources' cursors: each must persist.
   return withClient(target, logger, async (client) => {
-    try {
-      const aof = (await client.config('GET', 'appendonly')) as unknown;
-      const save = (await client.config('GET', 'save')) as unknown;
-      const aofOn = Array.isArray(aof) && aof[1] === 'yes';
-      const savePoints = Array.isArray(save) && typeof save[1] === 'string' ? save[1].trim() : '';
-      return {
-        persists: aofOn || savePoints !== '',
-        detail: `CONFIG: appendonly ${aofOn ? 'yes' : 'no'}, save "${savePoints}"`,
-      };
-    } catch (err) {
-      logger.debug({ err: errorMessage(err) }, 'CONFIG GET refused; judging persistence from INFO');
-    }
-    let info: string;
-    try {
-      info = await client.info('persistence');
-    } catch (err) {
-      if (!refused(err)) throw err;
-      return { persists: undefined, detail: 'this Redis user may run neither CONFIG GET nor INFO' };
-    }
-    const field = (name: string) => new RegExp(`^${name}:(.*)$`, 'm').exec(info)?.[1]?.trim();
-    const aofOn = field('aof_enabled') === '1';
-    const rdbSaves = Number(field('rdb_saves') ?? '0');
-    return {
-      persists: aofOn || rdbSaves > 0,
-      detail: `INFO persistence: aof_enabled ${aofOn ? 1 : 0}, rdb_saves ${rdbSaves}`,
-    };
+    const each = await onEveryPrimary(client, (node) => persistenceOf(node, logger));
+    const detail = each.map((p) => p.detail).join('; ');
+    if (each.some((p) => p.persists === false)) return { persists: false, detail };
+    if (each.some((p) => p.persists === undefined)) return { persists: undefined, detail };
+    return { persists: true, detail };
   });
+}
+
+async function persistenceOf(client: Redis, logger: Logger): Promise<RedisPersistence> {
+  try {
+    const aof = (await client.config('GET', 'appendonly')) as unknown;
+    const save = (await client.config('GET', 'save')) as unknown;
+    const aofOn = Array.isArray(aof) && aof[1] === 'yes';
+    const savePoints = Array.isArray(save) && typeof save[1] === 'string' ? save[1].trim() : '';
+    return {
+      persists: aofOn || savePoints !== '',
+      detail: `CONFIG: appendonly ${aofOn ? 'yes' : 'no'}, save "${savePoints}"`,
+    };
+  } catch (err) {
+    logger.debug({ err: errorMessage(err) }, 'CONFIG GET refused; judging persistence from INFO');
+  }
+  let info: string;
+  try {
+    info = await client.info('persistence');
+  } catch (err) {
+    if (!refused(err)) throw err;
+    return { persists: undefined, detail: 'this Redis user may run neither CONFIG GET nor INFO' };
+  }
+  const field = (name: string) => new RegExp(`^${name}:(.*)$`, 'm').exec(info)?.[1]?.trim();
+  const aofOn = field('aof_enabled') === '1';
+  const rdbSaves = Number(field('rdb_saves') ?? '0');
+  return {
+    persists: aofOn || rdbSaves > 0,
+    detail: `INFO persistence: aof_enabled ${aofOn ? 1 : 0}, rdb_saves ${rdbSaves}`,
+  };
 }
 
 /**
@@ -281,12 +321,18 @@ interface ReplicaCount {
   detail: string;
 }
 
-/** Replicas attached to this primary and online (INFO replication); 0 on a replica. */
+/** Replicas attached to this primary and online (INFO replication); 0 on a replica. On a cluster, the fewest any primary has. */
 async function readReplicaCount(target: RedisTarget, logger: Logger): Promise<ReplicaCount> {
   return withClient(target, logger, async (client) => {
-    const info = await client.info('replication');
-    const role = /^role:(.*)$/m.exec(info)?.[1]?.trim() ?? 'unknown';
-    const online = role === 'master' ? [...info.matchAll(/^slave\d+:.*state=online/gm)].length : 0;
-    return { online, detail: `INFO replication: role ${role}, ${online} replica(s) online` };
+    const each = await onEveryPrimary(client, async (node) => {
+      const info = await node.info('replication');
+      const role = /^role:(.*)$/m.exec(info)?.[1]?.trim() ?? 'unknown';
+      const online = role === 'master' ? [...info.matchAll(/^slave\d+:.*state=online/gm)].length : 0;
+      return { online, detail: `INFO replication: role ${role}, ${online} replica(s) online` };
+    });
+    return {
+      online: Math.min(...each.map((c) => c.online)),
+      detail: each.map((c) => c.detail).join('; '),
+    };
   });
 }

@@ -1,7 +1,8 @@
 // Redis connections for the BullMQ driver. Each role gets the ioredis options its failure mode
 // needs, every connection of a process shares its endpoint (URL, TLS settings, error monitor), and
 // nothing here ever prints the URL with its password.
-import { Redis, type RedisOptions } from 'ioredis';
+import clusterSlot from 'cluster-key-slot';
+import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 import type { ConnectionOptions } from 'node:tls';
 import type { Logger } from 'pino';
 import type { QueueConfig } from '../../config/types.js';
@@ -9,7 +10,7 @@ import { FeedsyncError } from '../../core/errors.js';
 import type { PipelineEvents } from '../../core/events.js';
 import { classifyRedisError } from './redis-errors.js';
 import { createRedisMonitor, instrumentRedis, type RedisMonitor } from './redis-monitor.js';
-import { isSentinelUrl, parseSentinelUrl, redactSentinelUrl } from './redis-sentinel.js';
+import { multiHostKind, parseMultiHostUrl, redactMultiHostUrl } from './redis-multi-host.js';
 import { redisTlsOptions } from './redis-tls.js';
 
 /**
@@ -31,7 +32,7 @@ export function requireRedisUrl(config: Pick<QueueConfig, 'redis_url'>): string 
 
 /** The URL with any user:password removed, for logs and error messages. */
 export function redactRedisUrl(url: string): string {
-  if (isSentinelUrl(url)) return redactSentinelUrl(url);
+  if (multiHostKind(url)) return redactMultiHostUrl(url);
   try {
     const parsed = new URL(url);
     parsed.username = '';
@@ -42,14 +43,14 @@ export function redactRedisUrl(url: string): string {
   }
 }
 
-/** Checks `url` (redis://, rediss:// or redis+sentinel://); a ConfigError-like failure names it. */
+/** Checks `url` (redis://, rediss://, or a Sentinel or Cluster form); a ConfigError-like failure names it. */
 export function checkRedisUrl(url: string): void {
-  if (!isSentinelUrl(url)) {
+  if (!multiHostKind(url)) {
     parseRedisUrl(url);
     return;
   }
   try {
-    parseSentinelUrl(url);
+    parseMultiHostUrl(url);
   } catch (err) {
     throw new FeedsyncError(`queue.redis_url: ${(err as Error).message} (${redactRedisUrl(url)})`, false);
   }
@@ -176,26 +177,98 @@ export function createRedisConnection(
     ...(endpoint.tls && { tls: endpoint.tls }),
     ...(endpoint.infoRefused && { enableReadyCheck: false, skipVersionCheck: true }),
   };
+  const kind = multiHostKind(endpoint.url);
   // Sentinel: ioredis asks the sentinels for the primary on every (re)connect, and
   // failoverDetector drops the connections as soon as they announce a new one (+switch-master).
   // BullMQ's copies (duplicate()) keep these options, so they follow the primary too.
-  const client = isSentinelUrl(endpoint.url)
-    ? new Redis({ ...sentinelOptions(endpoint.url), ...options })
-    : new Redis(endpoint.url, options);
+  const client =
+    kind === 'cluster'
+      ? asRedis(createCluster(endpoint, role, options))
+      : kind === 'sentinel'
+        ? new Redis({ ...sentinelOptions(endpoint), ...options })
+        : new Redis(endpoint.url, options);
   const monitor = endpoint.monitor ?? createRedisMonitor({ logger, where: redactRedisUrl(endpoint.url) });
   return instrumentRedis(client, role, monitor);
 }
 
-function sentinelOptions(url: string): RedisOptions {
-  const parsed = parseSentinelUrl(url);
+function sentinelOptions(endpoint: RedisEndpoint): RedisOptions {
+  const parsed = parseMultiHostUrl(endpoint.url);
+  const tls = parsed.tls ? (endpoint.tls ?? {}) : undefined;
   return {
-    sentinels: parsed.sentinels,
-    name: parsed.name,
+    sentinels: parsed.hosts,
+    name: parsed.name!,
     role: 'master',
     failoverDetector: true,
+    ...(tls && { tls, sentinelTLS: tls, enableTLSForSentinelMode: true }),
     ...(parsed.username !== undefined && { username: parsed.username }),
     ...(parsed.password !== undefined && { password: parsed.password }),
   };
+}
+
+/**
+ * ioredis' cluster client: it learns the slots from the seed nodes, follows MOVED/ASK, and
+ * re-reads the slots after a failover. Each node connection gets the role's options.
+ *
+ * Fenced writes (role producer) never follow a redirection: ioredis would re-send a redirected
+ * MULTI…EXEC to the new node without the WATCH that fenced it on the old one. Such a commit
+ * fails instead (the poller retries it, WATCH and all, on the right node), and the slots are
+ * re-read every second so the retry finds it.
+ */
+function createCluster(endpoint: RedisEndpoint, role: RedisRole, node: RedisOptions): Cluster {
+  const parsed = parseMultiHostUrl(endpoint.url);
+  const tls = parsed.tls ? (endpoint.tls ?? {}) : undefined;
+  const { enableOfflineQueue, enableReadyCheck, ...perNode } = node;
+  const options: ClusterOptions = {
+    scaleReads: 'master',
+    ...(enableOfflineQueue !== undefined && { enableOfflineQueue }),
+    ...(enableReadyCheck !== undefined && { enableReadyCheck }),
+    ...(role === 'producer' && { maxRedirections: 0, slotsRefreshInterval: 1_000 }),
+    // Certificates name the nodes as the cluster announces them: verify against that name, not
+    // against an address a DNS lookup made of it (ioredis' advice for TLS clusters).
+    ...(tls && { dnsLookup: (address: string, done: (err: null, a: string) => void) => done(null, address) }),
+    redisOptions: {
+      ...perNode,
+      ...(tls && { tls }),
+      ...(parsed.username !== undefined && { username: parsed.username }),
+      ...(parsed.password !== undefined && { password: parsed.password }),
+    },
+  };
+  return new Cluster(parsed.hosts, options);
+}
+
+/**
+ * The code is written against ioredis' Redis; a Cluster answers the same commands, routed by the
+ * key's slot (keyless ones to some primary: see onEveryPrimary and nodeForKey for those that must
+ * reach a given node).
+ */
+function asRedis(cluster: Cluster): Redis {
+  return cluster as unknown as Redis;
+}
+
+export function isCluster(client: Redis): boolean {
+  return (client as unknown) instanceof Cluster;
+}
+
+/** The connection of the primary that owns `key`'s slot (the client itself when not a cluster). */
+export function nodeForKey(client: Redis, key: string): Redis {
+  if (!isCluster(client)) return client;
+  const cluster = client as unknown as Cluster;
+  const owner = cluster.slots[clusterSlot(key)]?.[0];
+  const node = cluster.nodes('master').find((n) => `${n.options.host}:${n.options.port}` === owner);
+  if (!node) throw new FeedsyncError(`redis cluster: no primary known for the slot of ${key}`, true);
+  return node;
+}
+
+/** `fn` on every primary (one answer when not a cluster): checks of the server, not of a key. */
+export async function onEveryPrimary<T>(client: Redis, fn: (node: Redis) => Promise<T>): Promise<T[]> {
+  if (!isCluster(client)) return [await fn(client)];
+  const cluster = client as unknown as Cluster;
+  if (cluster.status !== 'ready')
+    await new Promise<void>((resolve, reject) => {
+      cluster.once('ready', resolve);
+      cluster.once('end', () => reject(new Error('redis cluster connection ended')));
+    });
+  return Promise.all(cluster.nodes('master').map(fn));
 }
 
 /** Close a connection without waiting on a dead server: QUIT when connected, else disconnect. */
@@ -220,6 +293,10 @@ function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms).unref());
 }
 
+export function isRedisClient(target: unknown): target is Redis {
+  return target instanceof Redis || target instanceof Cluster;
+}
+
 /** A Redis URL or endpoint to connect to, or a connection to use as it is. */
 export type RedisTarget = string | RedisEndpoint | Redis;
 
@@ -229,7 +306,7 @@ export async function withClient<T>(
   logger: Logger,
   fn: (client: Redis) => Promise<T>,
 ): Promise<T> {
-  if (target instanceof Redis) return fn(target);
+  if (isRedisClient(target)) return fn(target);
   const client = createRedisConnection(target, 'admin', logger);
   try {
     return await fn(client);
@@ -263,6 +340,6 @@ export async function pingClient(client: Redis, timeoutMs: number): Promise<bool
 /** The URL of `target` without credentials, for messages. */
 export function describeTarget(target: RedisTarget): string {
   if (typeof target === 'string') return redactRedisUrl(target);
-  if (target instanceof Redis) return 'queue.redis_url';
+  if (isRedisClient(target)) return 'queue.redis_url';
   return redactRedisUrl(target.url);
 }

@@ -8,7 +8,7 @@
 // since replaced) first makes one write (`touch`) so the wait covers everything written before.
 import type { Redis } from 'ioredis';
 import { FeedsyncError } from '../../core/errors.js';
-import { bullPrefix } from './names.js';
+import { nodeForKey } from './redis.js';
 
 /** How long one WAIT lasts; under the fenced connections' command deadline (5 s, redis.ts). */
 export const REPLICA_ACK_TIMEOUT_MS = 2_000;
@@ -24,17 +24,20 @@ export class NotReplicatedError extends FeedsyncError {
 }
 
 /**
- * Resolves once `wanted` replicas acknowledged the connection's writes; throws NotReplicatedError
- * otherwise. `touch`: write first (see above). wanted 0: nothing to do.
+ * Resolves once `wanted` replicas acknowledged the connection's writes under `tag` (the hash tag
+ * the caller wrote under: on a cluster, WAIT must run on that slot's primary, whose connection
+ * made the writes). `touch`: write first (see above). wanted 0: nothing to do.
  */
 export async function awaitReplicas(
   client: Redis,
   wanted: number,
   what: string,
-  opts: { touch?: string } = {},
+  opts: { tag: string; touch?: boolean },
 ): Promise<void> {
   if (wanted <= 0) return;
-  if (opts.touch !== undefined) await client.incr(`${bullPrefix(opts.touch)}:replication-probe`);
-  const acked = Number(await client.wait(wanted, REPLICA_ACK_TIMEOUT_MS));
+  const probe = `${opts.tag}:replication-probe`;
+  const node = nodeForKey(client, probe);
+  if (opts.touch) await node.incr(probe);
+  const acked = Number(await node.wait(wanted, REPLICA_ACK_TIMEOUT_MS));
   if (acked < wanted) throw new NotReplicatedError(what, acked, wanted);
 }

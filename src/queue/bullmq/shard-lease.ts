@@ -28,7 +28,7 @@ import { warnRedisFailure } from './redis-monitor.js';
 
 /** How often a worker asks again for a shard another worker holds. */
 const RETRY_MS = 100;
-import { backlogKey, shardLeaseKey, shardLeaseTokenKey } from './names.js';
+import { backlogKey, bullPrefix, shardLeaseKey, shardLeaseTokenKey } from './names.js';
 
 // KEYS: shard lease, job hash, job lock, backlog hash. ARGV: the lease value, the progress JSON,
 // the job lock token, the sink. Written only by the worker holding both the shard and the job; the
@@ -86,13 +86,15 @@ export class ShardLeases {
    * aborts first; 'not-ours' when the job went to another worker meanwhile.
    */
   async acquire(
+    /** The BullMQ prefix of the shard's queue: the lease shares its slot (names.ts). */
+    tag: string,
     sink: string,
     shard: number,
     job: { key: string; lockToken: string },
     signal: AbortSignal,
   ): Promise<ShardLease | 'not-ours' | undefined> {
-    const { connection, prefix, ttlMs, owner, logger } = this.opts;
-    const key = shardLeaseKey(prefix, sink, shard);
+    const { connection, ttlMs, owner, logger } = this.opts;
+    const key = shardLeaseKey(tag, sink, shard);
     let announced = false;
     for (;;) {
       if (signal.aborted) return undefined;
@@ -102,7 +104,7 @@ export class ShardLeases {
           TAKE,
           4,
           key,
-          shardLeaseTokenKey(prefix, sink, shard),
+          shardLeaseTokenKey(tag, sink, shard),
           job.key,
           `${job.key}:lock`,
           owner,
@@ -113,7 +115,7 @@ export class ShardLeases {
         if (token === -1) return 'not-ours';
         if (token > 0) {
           const progress = reply[2] ? (JSON.parse(reply[2]) as unknown) : null;
-          return this.held(key, token, String(reply[1]), progress, sent, sink, shard);
+          return this.held(tag, key, token, String(reply[1]), progress, sent, sink, shard);
         }
         if (!announced)
           logger.info(
@@ -129,6 +131,7 @@ export class ShardLeases {
   }
 
   private held(
+    tag: string,
     key: string,
     token: number,
     value: string,
@@ -138,7 +141,11 @@ export class ShardLeases {
     shard: number,
   ): ShardLease {
     const { connection, ttlMs } = this.opts;
-    const backlog = backlogKey(this.opts.prefix);
+    const backlog = backlogKey(tag);
+    // Sinks keep one fencing token per scope: on a cluster a sink shard has one queue, and one
+    // token counter, per source tag, so the tag is part of the scope there.
+    const scope =
+      tag === bullPrefix(this.opts.prefix) ? `shard:${sink}:${shard}` : `shard:${sink}:${shard}:${tag}`;
     let renewedAt = sent;
     let lost = false;
     let released = false;
@@ -161,7 +168,7 @@ export class ShardLeases {
       token,
       progress,
       valid,
-      fence: () => ({ scope: `shard:${sink}:${shard}`, token, valid }),
+      fence: () => ({ scope, token, valid }),
       async saveProgress(jobKey, lockToken, progress) {
         const written = await connection.eval(
           SAVE_PROGRESS,

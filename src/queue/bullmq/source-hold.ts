@@ -6,7 +6,7 @@ import type { Redis } from 'ioredis';
 import { FeedsyncError } from '../../core/errors.js';
 import type { HeldSource } from '../driver.js';
 import { ACQUIRE, ownerOf, RELEASE, RENEW } from './lease-scripts.js';
-import { laggingKey, leaseKey, leaseTokenKey, sourceStateKey } from './names.js';
+import { keySpace, laggingKey, leaseKey, leaseTokenKey, sourceStateKey, type Keys } from './names.js';
 import { awaitReplicas } from './replication.js';
 import { cursorFields } from './source-state.js';
 
@@ -33,7 +33,7 @@ return 1`;
 
 export async function holdSource(
   client: Redis,
-  prefix: string,
+  prefix: Keys,
   source: string,
   ttlMs: number,
   owner: string,
@@ -88,7 +88,9 @@ export async function holdSource(
       }
       // Same connection as the save: WAIT covers it. Not durable → the command fails (non-zero
       // exit) saying so; running it again writes the same cursor.
-      await awaitReplicas(client, minReplicasAcked, `the new cursor of "${source}"`);
+      await awaitReplicas(client, minReplicasAcked, `the new cursor of "${source}"`, {
+        tag: keySpace(prefix).of(source),
+      });
     },
   };
 }

@@ -1,5 +1,5 @@
 // What a poller keeps between pages, in Redis (scaled mode keeps nothing on disk): one hash per
-// source under the queue prefix, so it shares the `{prefix}` hash slot with the queues and a page
+// source under the source's hash tag, so it shares a slot with the source's queues and a page
 // commit can write jobs and cursor in one transaction (page-commit.ts).
 //
 //   cursor        newer_than for the next request
@@ -8,7 +8,7 @@
 //   last_poll_at, last_ok_at, last_event_at (epoch ms), behind (0/1), last_error: for status/readyz
 import type { Redis } from 'ioredis';
 import type { PollOutcome, SourceState, SourceStatus, StoredCursor } from '../driver.js';
-import { sourceStateKey } from './names.js';
+import { sourceStateKey, type Keys } from './names.js';
 
 export type RedisSourceState = SourceState;
 
@@ -17,7 +17,7 @@ export function cursorFields(eventId: number, seenAbove: readonly number[]): Rec
   return { cursor: String(eventId), seen_above: JSON.stringify(seenAbove), updated_at: String(Date.now()) };
 }
 
-export function createRedisSourceState(client: Redis, prefix: string): RedisSourceState {
+export function createRedisSourceState(client: Redis, prefix: Keys): RedisSourceState {
   const key = (source: string) => sourceStateKey(prefix, source);
 
   async function get(source: string): Promise<StoredCursor | undefined> {
@@ -46,13 +46,10 @@ export function createRedisSourceState(client: Redis, prefix: string): RedisSour
   }
 
   async function status(sources: string[]): Promise<SourceStatus[]> {
-    const pipeline = client.pipeline();
-    for (const source of sources) pipeline.hgetall(key(source));
-    const replies = (await pipeline.exec()) ?? [];
+    // One command per source: on a cluster the sources' hashes live in different slots.
+    const replies = await Promise.all(sources.map((source) => client.hgetall(key(source))));
     return sources.map((source, i) => {
-      const [err, value] = replies[i] ?? [null, {}];
-      if (err) throw err;
-      const h = (value ?? {}) as Record<string, string>;
+      const h = replies[i] ?? {};
       const num = (field: string) => (h[field] === undefined ? null : Number(h[field]));
       return {
         source,

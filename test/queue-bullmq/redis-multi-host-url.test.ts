@@ -1,17 +1,19 @@
-// queue.redis_url in redis+sentinel:// form: parsed into ioredis' Sentinel options, accepted by the
-// config schema, and never shown with its password.
+// queue.redis_url in redis+sentinel:// and redis+cluster:// forms: parsed into ioredis' Sentinel
+// and Cluster options, accepted by the config schema, and never shown with their password.
 import { describe, expect, it } from 'vitest';
 import { redactRedisUrl, checkRedisUrl } from '../../src/queue/bullmq/redis.js';
-import { parseSentinelUrl } from '../../src/queue/bullmq/redis-sentinel.js';
+import { parseMultiHostUrl } from '../../src/queue/bullmq/redis-multi-host.js';
 import { validateConfig } from '../../src/config/load.js';
 import { configError, minimalRaw } from '../config/helpers.js';
 
 describe('redis+sentinel:// URLs', () => {
   it('parses sentinels, master name and credentials', () => {
     expect(
-      parseSentinelUrl('redis+sentinel://u:p%40ss@10.0.0.1:26379,[::1]:26380,sentinel-c/mymaster'),
+      parseMultiHostUrl('redis+sentinel://u:p%40ss@10.0.0.1:26379,[::1]:26380,sentinel-c/mymaster'),
     ).toEqual({
-      sentinels: [
+      kind: 'sentinel',
+      tls: false,
+      hosts: [
         { host: '10.0.0.1', port: 26379 },
         { host: '::1', port: 26380 },
         { host: 'sentinel-c', port: 26379 },
@@ -20,8 +22,10 @@ describe('redis+sentinel:// URLs', () => {
       username: 'u',
       password: 'p@ss',
     });
-    expect(parseSentinelUrl('redis+sentinel://:secret@h:1/m')).toEqual({
-      sentinels: [{ host: 'h', port: 1 }],
+    expect(parseMultiHostUrl('rediss+sentinel://:secret@h:1/m')).toEqual({
+      kind: 'sentinel',
+      tls: true,
+      hosts: [{ host: 'h', port: 1 }],
       name: 'm',
       password: 'secret',
     });
@@ -31,7 +35,36 @@ describe('redis+sentinel:// URLs', () => {
       'redis+sentinel://h:99999/m',
       'redis+sentinel://u:pw@/m',
     ])
-      expect(() => parseSentinelUrl(bad), bad).toThrow();
+      expect(() => parseMultiHostUrl(bad), bad).toThrow();
+  });
+
+  it('parses cluster seed nodes and credentials; a master name is not part of the form', () => {
+    expect(parseMultiHostUrl('redis+cluster://feedsync:p%40ss@10.0.0.1:7000,10.0.0.2,[::1]:7002')).toEqual({
+      kind: 'cluster',
+      tls: false,
+      hosts: [
+        { host: '10.0.0.1', port: 7000 },
+        { host: '10.0.0.2', port: 6379 },
+        { host: '::1', port: 7002 },
+      ],
+      username: 'feedsync',
+      password: 'p@ss',
+    });
+    expect(parseMultiHostUrl('rediss+cluster://:tok@cfg.example.cache.amazonaws.com:6379/')).toEqual({
+      kind: 'cluster',
+      tls: true,
+      hosts: [{ host: 'cfg.example.cache.amazonaws.com', port: 6379 }],
+      password: 'tok',
+    });
+    for (const bad of [
+      'redis+cluster://',
+      'redis+cluster://h:1/m',
+      'redis+cluster://h:0',
+      'redis+cluster://u:pw@',
+    ])
+      expect(() => parseMultiHostUrl(bad), bad).toThrow();
+    expect(redactRedisUrl('rediss+cluster://u:hunter2@a:7000,b:7001')).toBe('rediss+cluster://a:7000,b:7001');
+    expect(redactRedisUrl('redis+cluster://u:hunter2@')).not.toContain('hunter2');
   });
 
   it('never shows the password', () => {
@@ -55,5 +88,8 @@ describe('redis+sentinel:// URLs', () => {
     const message = configError(() => validate('redis+sentinel://:hunter2@127.0.0.1:26379')).message;
     expect(message).not.toContain('hunter2');
     expect(message).toContain('redis+sentinel://[user:password@]host:port');
+    expect(message).toContain('redis+cluster://[user:password@]host:port');
+    const cluster = 'rediss+cluster://:pw@127.0.0.1:7000,127.0.0.1:7001';
+    expect(validate(cluster).queue.redis_url).toBe(cluster);
   });
 });
