@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The suite talks to a real redis-server, checks metrics with promtool (Debian's prometheus
+# The suite talks to a real redis-server (with Debian's redis-tools for redis-cli and
+# redis-sentinel for Sentinel setups), checks metrics with promtool (Debian's prometheus
 # package), reads the sandbox with clients other people wrote: curl (--digest) and Python's
 # requests (Debian's python3-requests), goes through a real forward proxy (tinyproxy), makes a
 # private PKI with the openssl CLI and runs a private PostgreSQL cluster for the postgres sink
@@ -8,6 +9,8 @@
 set -euo pipefail
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+command -v redis-sentinel >/dev/null 2>&1 || missing+=(redis-sentinel)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 python3 -c 'import requests' >/dev/null 2>&1 || missing+=(python3-requests)
