@@ -140,11 +140,11 @@ const queueSchema = z
     }
     const tls = queue.redis_tls;
     // Silently speaking plain TCP with TLS settings present would send the password in clear.
-    if (tls && queue.redis_url !== undefined && parseUrl(queue.redis_url)?.protocol !== 'rediss:') {
+    if (tls && queue.redis_url !== undefined && !/^rediss(\+(sentinel|cluster))?:\/\//i.test(queue.redis_url)) {
       ctx.addIssue({
         code: 'custom',
         path: ['redis_tls'],
-        message: 'needs a rediss:// queue.redis_url (redis:// is plain TCP)',
+        message: 'needs a rediss://, rediss+sentinel:// or rediss+cluster:// queue.redis_url (redis… is plain TCP)',
       });
     }
     if (tls && (tls.cert_file === undefined) !== (tls.key_file === undefined)) {

@@ -391,6 +391,202 @@ describe('helm chart: existing secrets', () => {
   });
 });
 
+describe('helm chart: Redis topologies, TLS and durability', () => {
+  const REDIS_PW = 'RedisPw-9q2Lm@:/+ x-LEAKCHECK';
+  const REDIS_PW_ENCODED = 'RedisPw-9q2Lm%40%3A%2F%2B%20x-LEAKCHECK';
+  const base = (redis: Record<string, unknown>) => ({ mode: 'scaled', secrets: { values: SECRETS }, redis });
+
+  function secretData(objects: K8sObject[]): Record<string, string> {
+    const secret = one(objects, 'Secret');
+    return Object.fromEntries(
+      Object.entries(secret.data as Record<string, string>).map(([k, v]) => [
+        k,
+        Buffer.from(v, 'base64').toString(),
+      ]),
+    );
+  }
+
+  function assertNoRedisPassword(objects: K8sObject[]): void {
+    for (const o of [...ofKind(objects, 'ConfigMap'), ...workloads(objects)]) {
+      const text = JSON.stringify(o);
+      expect(text, `${o.kind} ${o.metadata.name}`).not.toContain('LEAKCHECK');
+    }
+  }
+
+  it('builds a redis+sentinel:// URL from redis.sentinel, with the credentials percent-encoded', () => {
+    const values = base({
+      username: 'feedsync',
+      password: REDIS_PW,
+      sentinel: { masterName: 'mymaster', sentinels: ['sentinel-a:26379', 'sentinel-b:26379'] },
+    });
+    const file = chart.valuesFile('sentinel.yaml', values);
+    const lint = lintStrict([file]);
+    expect(lint.code, lint.stdout + lint.stderr).toBe(0);
+    const objects = chart.render(['-f', file]);
+    assertCommonInvariants(objects);
+    assertNoRedisPassword(objects);
+    expect(secretData(objects)['redis-url']).toBe(
+      `redis+sentinel://feedsync:${REDIS_PW_ENCODED}@sentinel-a:26379,sentinel-b:26379/mymaster`,
+    );
+    // What feedsync decodes is the password as given.
+    expect(decodeURIComponent(REDIS_PW_ENCODED)).toBe(REDIS_PW);
+    const { config } = renderedConfig(objects);
+    expect(config.queue).toMatchObject({ driver: 'bullmq', redis_url_file: `${SECRETS_DIR}redis-url` });
+    expect(config.queue.redis_tls).toBeUndefined();
+    expect(config.queue.min_replicas_acked).toBeUndefined();
+    for (const w of [workloadRunning(objects, 'poll'), workloadRunning(objects, 'work')]) {
+      expect(projectedFiles(w)).toContain('redis-url');
+      expect(w.spec.template.spec.volumes.map((v: any) => v.name)).not.toContain('redis-tls');
+    }
+  });
+
+  describe('Redis Cluster over TLS with a private CA and a client certificate', () => {
+    const values = () =>
+      base({
+        password: REDIS_PW,
+        cluster: { nodes: ['clustercfg.feedsync.example.invalid:6379', '10.0.0.7:6379'] },
+        tls: {
+          enabled: true,
+          existingSecret: 'redis-tls',
+          caKey: 'ca.pem',
+          certKey: 'client.pem',
+          keyKey: 'client-key.pem',
+          servername: 'redis.internal',
+        },
+        minReplicasAcked: 1,
+      });
+
+    it('passes helm lint --strict', () => {
+      const r = lintStrict([chart.valuesFile('cluster.yaml', values())]);
+      expect(r.code, r.stdout + r.stderr).toBe(0);
+    });
+
+    it('stores a rediss+cluster:// URL and mounts the TLS Secret where queue.redis_tls points', () => {
+      const objects = chart.render(['-f', chart.valuesFile('cluster.yaml', values())]);
+      assertCommonInvariants(objects);
+      assertNoRedisPassword(objects);
+      expect(secretData(objects)['redis-url']).toBe(
+        `rediss+cluster://:${REDIS_PW_ENCODED}@clustercfg.feedsync.example.invalid:6379,10.0.0.7:6379`,
+      );
+      const { config } = renderedConfig(objects);
+      expect(config.queue.redis_tls).toEqual({
+        ca_file: '/etc/feedsync/redis-tls/ca.crt',
+        cert_file: '/etc/feedsync/redis-tls/tls.crt',
+        key_file: '/etc/feedsync/redis-tls/tls.key',
+        servername: 'redis.internal',
+      });
+      expect(config.queue.min_replicas_acked).toBe(1);
+
+      for (const w of [workloadRunning(objects, 'poll'), workloadRunning(objects, 'work')]) {
+        const where = `${w.kind} ${w.metadata.name}`;
+        const volume = w.spec.template.spec.volumes.find((v: any) => v.name === 'redis-tls');
+        expect(volume, where).toEqual({
+          name: 'redis-tls',
+          secret: {
+            secretName: 'redis-tls',
+            // The credentials' mode (0440 in the template: YAML 1.1 octal for Kubernetes).
+            defaultMode: w.spec.template.spec.volumes.find((v: any) => v.name === 'secrets').projected
+              .defaultMode,
+            items: [
+              { key: 'ca.pem', path: 'ca.crt' },
+              { key: 'client.pem', path: 'tls.crt' },
+              { key: 'client-key.pem', path: 'tls.key' },
+            ],
+          },
+        });
+        const mount = mainContainer(w).volumeMounts.find((m: any) => m.name === 'redis-tls');
+        expect(mount, where).toEqual({
+          name: 'redis-tls',
+          mountPath: '/etc/feedsync/redis-tls',
+          readOnly: true,
+        });
+        // Every path queue.redis_tls names is a file of that mount.
+        for (const path of ['ca_file', 'cert_file', 'key_file'].map((k) => config.queue.redis_tls[k])) {
+          const file = path.slice(`${mount.mountPath}/`.length);
+          expect(path.startsWith(`${mount.mountPath}/`), path).toBe(true);
+          expect(
+            volume.secret.items.map((i: any) => i.path),
+            path,
+          ).toContain(file);
+        }
+      }
+    });
+
+    it('leaves out the client certificate unless certKey and keyKey are set', () => {
+      const v = values();
+      v.redis.tls = { enabled: true, existingSecret: 'redis-tls' };
+      const objects = chart.render(['-f', chart.valuesFile('cluster-ca.yaml', v)]);
+      const { config } = renderedConfig(objects);
+      expect(config.queue.redis_tls).toEqual({ ca_file: '/etc/feedsync/redis-tls/ca.crt' });
+      const volume = workloadRunning(objects, 'work').spec.template.spec.volumes.find(
+        (x: any) => x.name === 'redis-tls',
+      );
+      expect(volume.secret.items).toEqual([{ key: 'ca.crt', path: 'ca.crt' }]);
+    });
+  });
+
+  it('with a rediss:// redis.url and no TLS Secret, verifies against the system CAs and mounts nothing', () => {
+    const objects = chart.render([
+      '-f',
+      chart.valuesFile(
+        'tls-url.yaml',
+        base({ url: 'rediss://:RedisPw-5t7Hn2-LEAKCHECK@redis.cache.svc:6380', tls: { enabled: true } }),
+      ),
+    ]);
+    assertCommonInvariants(objects);
+    expect(renderedConfig(objects).config.queue.redis_tls).toBeUndefined();
+    const relaxed = chart.render([
+      '-f',
+      chart.valuesFile(
+        'tls-url.yaml',
+        base({
+          url: 'rediss://:RedisPw-5t7Hn2-LEAKCHECK@redis.cache.svc:6380',
+          tls: { enabled: true, rejectUnauthorized: false },
+        }),
+      ),
+    ]);
+    expect(renderedConfig(relaxed).config.queue.redis_tls).toEqual({ reject_unauthorized: false });
+    for (const w of workloads(relaxed)) {
+      expect(w.spec.template.spec.volumes.map((v: any) => v.name)).not.toContain('redis-tls');
+    }
+  });
+
+  it('writes redis.minReplicasAcked as queue.min_replicas_acked', () => {
+    const objects = chart.render([
+      '-f',
+      chart.valuesFile('acked.yaml', base({ url: REDIS_URL, minReplicasAcked: 2 })),
+    ]);
+    expect(renderedConfig(objects).config.queue.min_replicas_acked).toBe(2);
+    // Single mode has no Redis: the Redis values are not read.
+    const single = chart.render(['--set', 'redis.minReplicasAcked=2', '--set', 'redis.tls.enabled=true']);
+    expect(renderedConfig(single).config.queue).not.toHaveProperty('min_replicas_acked');
+    expect(renderedConfig(single).config.queue).not.toHaveProperty('redis_tls');
+  });
+
+  it('takes the whole URL from redis.existingSecret and mounts the TLS Secret there too', () => {
+    const objects = chart.render([
+      '-f',
+      chart.valuesFile(
+        'existing-tls.yaml',
+        base({ existingSecret: 'redis-auth', tls: { enabled: true, existingSecret: 'memorystore-ca' } }),
+      ),
+    ]);
+    assertCommonInvariants(objects);
+    expect(secretData(objects)['redis-url']).toBeUndefined();
+    expect(renderedConfig(objects).config.queue.redis_tls).toEqual({
+      ca_file: '/etc/feedsync/redis-tls/ca.crt',
+    });
+    for (const w of workloads(objects)) {
+      expect(w.spec.template.spec.volumes).toContainEqual(
+        expect.objectContaining({
+          name: 'redis-tls',
+          secret: expect.objectContaining({ secretName: 'memorystore-ca' }),
+        }),
+      );
+    }
+  });
+});
+
 describe('helm chart: worker autoscaling on the backlog (KEDA)', () => {
   const keda = (extra: Record<string, unknown> = {}) => ({
     mode: 'scaled',
@@ -803,6 +999,60 @@ describe('helm chart: bad values fail', () => {
       { secrets: { values: { 'scheduling-password': 'x' } } },
       /workflow-password/,
       'template',
+    ],
+    [
+      'redis.tls with a plain redis:// URL',
+      { mode: 'scaled', redis: { url: REDIS_URL, tls: { enabled: true } } },
+      /redis\.tls\.enabled needs a rediss:\/\/ \(or rediss\+cluster:\/\/\) redis\.url, but it starts with redis:\/\//,
+      'template',
+    ],
+    [
+      'redis.tls with Sentinel',
+      {
+        mode: 'scaled',
+        redis: { sentinel: { masterName: 'm', sentinels: ['s:26379'] }, tls: { enabled: true } },
+      },
+      /TLS with Sentinel/,
+      'template',
+    ],
+    [
+      'a client certificate without its key',
+      {
+        mode: 'scaled',
+        redis: { url: 'rediss://h:6380', tls: { enabled: true, existingSecret: 't', certKey: 'tls.crt' } },
+      },
+      /redis\.tls\.certKey and redis\.tls\.keyKey go together/,
+      'template',
+    ],
+    [
+      'redis.tls.existingSecret without redis.tls.enabled',
+      { mode: 'scaled', redis: { url: 'rediss://h:6380', tls: { existingSecret: 't' } } },
+      /redis\.tls\.enabled is false/,
+      'template',
+    ],
+    [
+      'sentinels without a master name',
+      { mode: 'scaled', redis: { sentinel: { sentinels: ['s:26379'] } } },
+      /redis\.sentinel\.masterName/,
+      'template',
+    ],
+    [
+      'redis.url and redis.cluster together',
+      { mode: 'scaled', redis: { url: REDIS_URL, cluster: { nodes: ['n:6379'] } } },
+      /leave redis\.url and redis\.existingSecret empty/,
+      'template',
+    ],
+    [
+      'redis.password with redis.url',
+      { mode: 'scaled', redis: { url: REDIS_URL, password: 'x-LEAKCHECK' } },
+      /credentials go in the URL/,
+      'template',
+    ],
+    [
+      'a cluster node without a port',
+      { mode: 'scaled', redis: { cluster: { nodes: ['node-a'] } } },
+      /redis\/cluster\/nodes/,
+      'lint and template',
     ],
   ];
 

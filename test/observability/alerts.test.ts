@@ -55,6 +55,8 @@ describe('alerting rules', () => {
       'FeedsyncDeadLettersGrowing',
       'FeedsyncDeliveryErrorRatioHigh',
       'FeedsyncDown',
+      'FeedsyncRedisMisconfigured',
+      'FeedsyncRedisUnreachable',
       'FeedsyncSinkFailing',
       'FeedsyncSinkLostUpstream',
       'FeedsyncSinkParked',

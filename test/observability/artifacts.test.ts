@@ -54,7 +54,7 @@ describe('rules and dashboard', () => {
 
   it('passes promtool check rules', () => {
     const check = promtool(['check', 'rules', RULES]);
-    expect(check.output).toContain('SUCCESS: 9 rules found');
+    expect(check.output).toContain('SUCCESS: 11 rules found');
     expect(check.code).toBe(0);
   });
 

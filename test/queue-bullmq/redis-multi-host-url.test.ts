@@ -1,5 +1,8 @@
 // queue.redis_url in redis+sentinel:// and redis+cluster:// forms: parsed into ioredis' Sentinel
 // and Cluster options, accepted by the config schema, and never shown with their password.
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { redactRedisUrl, checkRedisUrl } from '../../src/queue/bullmq/redis.js';
 import { parseMultiHostUrl } from '../../src/queue/bullmq/redis-multi-host.js';
@@ -91,5 +94,16 @@ describe('redis+sentinel:// URLs', () => {
     expect(message).toContain('redis+cluster://[user:password@]host:port');
     const cluster = 'rediss+cluster://:pw@127.0.0.1:7000,127.0.0.1:7001';
     expect(validate(cluster).queue.redis_url).toBe(cluster);
+    // queue.redis_tls goes with the TLS forms only (a plain form would send the password in clear).
+    const dir = mkdtempSync(join(tmpdir(), 'feedsync-tls-schema-'));
+    writeFileSync(join(dir, 'ca.pem'), '-----BEGIN CERTIFICATE-----\n');
+    const withTls = (redis_url: string) =>
+      validateConfig(
+        { ...minimalRaw(), queue: { driver: 'bullmq', redis_url, redis_tls: { ca_file: 'ca.pem' } } },
+        { dir },
+      );
+    expect(withTls(cluster).queue.redis_tls?.ca_file).toBeDefined();
+    expect(withTls('rediss+sentinel://h:1/m').queue.redis_tls?.ca_file).toBeDefined();
+    expect(configError(() => withTls('redis+cluster://:hunter2@h:1')).message).toMatch(/needs a rediss/);
   });
 });

@@ -1,6 +1,7 @@
 // Sentinel: the primary is killed (SIGKILL) mid-drain; the sentinels promote the replica and every
 // connection of `poll` and `work` (BullMQ's copies too) follows it through queue.redis_url in
-// redis+sentinel:// form. Delivery resumes and nothing is lost.
+// redis+sentinel:// form. Delivery resumes and nothing is lost. Then the old primary comes back
+// with its old data: until the sentinels demote it, it is a lone primary nobody must write to.
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -77,6 +78,18 @@ describe(`bullmq: sentinel failover mid-drain ${note}`, () => {
     // The stall: until a key not delivered before the kill arrives (a few in flight may land first).
     await eventually(() => delivered() > atKill + 20, 60_000, `delivery resumed ${note}`);
     const stallMs = Date.now() - killedAt;
+    // The old primary comes back with its old data, as a lone primary, until the sentinels make it
+    // a replica of the new one: nothing of feedsync may land there (it would be discarded).
+    await set.restart(killed);
+    const backAt = Date.now();
+    await eventually(async () => (await set.roleOf(killed)) === 'slave', 30_000, 'old primary demoted');
+    const loneMs = Date.now() - backAt;
+    const atDemotion = delivered();
+    await eventually(
+      () => delivered() > atDemotion + 20,
+      60_000,
+      `delivery after the old primary returned ${note}`,
+    );
     await sleep(2_000);
     clearInterval(live);
     const all = sandboxKeys(sandbox);
@@ -93,8 +106,11 @@ describe(`bullmq: sentinel failover mid-drain ${note}`, () => {
       );
     });
     trace.stop();
+    const lines = readJsonlFiles(dir, 'changes-');
+    const copies = lines.length - new Set(lines.map((c) => c.key)).size;
     console.log(
-      `sentinel failover: promoted after ${failoverMs} ms, delivery resumed ${stallMs} ms after the kill`,
+      `sentinel failover: promoted after ${failoverMs} ms, delivery resumed ${stallMs} ms after the kill; ` +
+        `old primary back as a lone primary for ${loneMs} ms, then a replica; lost 0, copies ${copies}`,
     );
     await expect(set.primaryNow()).resolves.toBe(set.replicaPort);
     expect(stallMs, `stall (failover took ${failoverMs} ms) ${note}`).toBeLessThanOrEqual(

@@ -21,6 +21,13 @@ export interface SentinelSet {
   killPrimary(): Promise<number>;
   /** The port of the primary the sentinels name now. */
   primaryNow(): Promise<number>;
+  /**
+   * Starts a killed node again on its port with its data and its first arguments: an old primary
+   * comes back as a lone primary until the sentinels turn it into a replica of the new one.
+   */
+  restart(port: number): Promise<void>;
+  /** ROLE of the node on `port`: 'master' or 'slave'. */
+  roleOf(port: number): Promise<string>;
   stop(): Promise<void>;
 }
 
@@ -31,7 +38,9 @@ export async function startSentinelSet(opts: { password?: string } = {}): Promis
   const pw = opts.password;
   const dir = mkdtempSync(join(tmpdir(), 'feedsync-sentinel-'));
   const children = new Map<number, ChildProcess>();
+  const launched = new Map<number, string[]>();
   const launch = async (port: number, args: string[], auth?: string): Promise<void> => {
+    launched.set(port, args);
     const child = spawn(BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
     const onExit = (): void => void child.kill('SIGKILL');
     process.once('exit', onExit);
@@ -121,6 +130,22 @@ export async function startSentinelSet(opts: { password?: string } = {}): Promis
       children.get(port)?.kill('SIGKILL');
       children.delete(port);
       return port;
+    },
+    async restart(port) {
+      await launch(port, launched.get(port)!, pw);
+    },
+    async roleOf(port) {
+      const client = new Redis({
+        port,
+        host: '127.0.0.1',
+        maxRetriesPerRequest: 0,
+        ...(pw && { password: pw }),
+      });
+      try {
+        return String(((await client.role()) as unknown[])[0]);
+      } finally {
+        client.disconnect();
+      }
     },
     async stop() {
       for (const [, child] of children) child.kill('SIGKILL');

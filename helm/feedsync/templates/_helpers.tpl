@@ -47,9 +47,53 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{- define "feedsync.secretsDir" -}}/etc/feedsync/secrets{{- end -}}
 
-{{/* Redis is needed (and mounted) only in scaled mode. */}}
+{{/* Redis is needed (and mounted) only in scaled mode. The chart stores the URL in its own
+     Secret when the user gives it (redis.url) or the chart builds it (redis.sentinel /
+     redis.cluster); with redis.existingSecret the user's Secret holds the whole URL. */}}
 {{- define "feedsync.redisManagedByChart" -}}
-{{- if and (eq .Values.mode "scaled") .Values.redis.url (not .Values.redis.existingSecret) -}}true{{- end -}}
+{{- if and (eq .Values.mode "scaled") (not .Values.redis.existingSecret) (or .Values.redis.url .Values.redis.sentinel.sentinels .Values.redis.cluster.nodes) -}}true{{- end -}}
+{{- end -}}
+
+{{/* Percent-encodes a URL part (userinfo, master name): urlquery is QueryEscape, whose "+" for a
+     space is a literal "+" outside a query string. */}}
+{{- define "feedsync.urlEncode" -}}
+{{- urlquery . | replace "+" "%20" -}}
+{{- end -}}
+
+{{/* `[user[:password]@]` for a URL the chart builds, from redis.username / redis.password. */}}
+{{- define "feedsync.redisUserinfo" -}}
+{{- $r := .Values.redis -}}
+{{- if or $r.username $r.password -}}
+{{- include "feedsync.urlEncode" (default "" $r.username) -}}
+{{- with $r.password -}}:{{ include "feedsync.urlEncode" . }}{{- end -}}@
+{{- end -}}
+{{- end -}}
+
+{{/* The Redis URL stored in the chart's Secret: redis.url as given, or built from
+     redis.sentinel / redis.cluster (rediss+cluster:// when redis.tls.enabled). */}}
+{{- define "feedsync.redisUrl" -}}
+{{- $r := .Values.redis -}}
+{{- if $r.url -}}
+{{- $r.url -}}
+{{- else if $r.sentinel.sentinels -}}
+{{- printf "redis+sentinel://%s%s/%s" (include "feedsync.redisUserinfo" .) (join "," $r.sentinel.sentinels) (include "feedsync.urlEncode" $r.sentinel.masterName) -}}
+{{- else if $r.cluster.nodes -}}
+{{- printf "%s://%s%s" (ternary "rediss+cluster" "redis+cluster" (eq $r.tls.enabled true)) (include "feedsync.redisUserinfo" .) (join "," $r.cluster.nodes) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "feedsync.redisTlsDir" -}}/etc/feedsync/redis-tls{{- end -}}
+
+{{/* The files of redis.tls.existingSecret the pods mount: key in the Secret -> file name. */}}
+{{- define "feedsync.redisTlsItems" -}}
+{{- $tls := .Values.redis.tls -}}
+{{- $items := list -}}
+{{- if and (eq .Values.mode "scaled") $tls.enabled $tls.existingSecret -}}
+{{- if $tls.caKey -}}{{- $items = append $items (dict "key" $tls.caKey "path" "ca.crt") -}}{{- end -}}
+{{- if $tls.certKey -}}{{- $items = append $items (dict "key" $tls.certKey "path" "tls.crt") -}}{{- end -}}
+{{- if $tls.keyKey -}}{{- $items = append $items (dict "key" $tls.keyKey "path" "tls.key") -}}{{- end -}}
+{{- end -}}
+{{- if $items -}}{{- toYaml $items -}}{{- end -}}
 {{- end -}}
 
 {{/* The chart renders its own Secret when it holds any credential. */}}
@@ -78,8 +122,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* Checks that cannot be expressed in values.schema.json; runs from the ConfigMap template
      so every render goes through it. */}}
 {{- define "feedsync.validate" -}}
-{{- if and (eq .Values.mode "scaled") (not .Values.redis.url) (not .Values.redis.existingSecret) -}}
-{{- fail "mode=scaled needs Redis: set redis.url or redis.existingSecret" -}}
+{{- if eq .Values.mode "scaled" -}}
+{{- include "feedsync.validateRedis" . -}}
 {{- end -}}
 {{- if and .Values.secrets.existingSecret .Values.secrets.values -}}
 {{- fail "set either secrets.existingSecret or secrets.values, not both" -}}
@@ -101,6 +145,50 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
+{{/* The Redis values, scaled mode only (single mode ignores them). Messages never quote a URL:
+     it may carry a password. */}}
+{{- define "feedsync.validateRedis" -}}
+{{- $r := .Values.redis -}}
+{{- $sentinel := $r.sentinel.sentinels -}}
+{{- $cluster := $r.cluster.nodes -}}
+{{- if not (or $r.url $r.existingSecret $sentinel $cluster) -}}
+{{- fail "mode=scaled needs Redis: set redis.url, redis.existingSecret, redis.sentinel.sentinels or redis.cluster.nodes" -}}
+{{- end -}}
+{{- if and $sentinel $cluster -}}
+{{- fail "set either redis.sentinel.sentinels or redis.cluster.nodes, not both" -}}
+{{- end -}}
+{{- if and (or $sentinel $cluster) (or $r.url $r.existingSecret) -}}
+{{- fail "redis.sentinel / redis.cluster build the Redis URL: leave redis.url and redis.existingSecret empty (or put the whole URL there and leave redis.sentinel / redis.cluster empty)" -}}
+{{- end -}}
+{{- if and $sentinel (not $r.sentinel.masterName) -}}
+{{- fail "redis.sentinel.sentinels needs redis.sentinel.masterName (the name the sentinels monitor)" -}}
+{{- end -}}
+{{- if and $r.sentinel.masterName (not $sentinel) -}}
+{{- fail "redis.sentinel.masterName is set but redis.sentinel.sentinels is empty" -}}
+{{- end -}}
+{{- if and (or $r.username $r.password) (not (or $sentinel $cluster)) -}}
+{{- fail "redis.username / redis.password are used only with redis.sentinel or redis.cluster; with redis.url or redis.existingSecret the credentials go in the URL" -}}
+{{- end -}}
+{{- $tls := $r.tls -}}
+{{- if and $tls.existingSecret (not $tls.enabled) -}}
+{{- fail "redis.tls.existingSecret is set but redis.tls.enabled is false" -}}
+{{- end -}}
+{{- if $tls.enabled -}}
+{{- if $sentinel -}}
+{{- fail "redis.tls.enabled: feedsync does not support TLS with Sentinel (redis+sentinel://)" -}}
+{{- end -}}
+{{- if and $r.url (not $r.existingSecret) (not (regexMatch "^rediss(\\+cluster)?://" $r.url)) -}}
+{{- fail (printf "redis.tls.enabled needs a rediss:// (or rediss+cluster://) redis.url, but it starts with %s:// (plain TCP: the password would travel in clear)" (regexReplaceAll "://.*$" $r.url "")) -}}
+{{- end -}}
+{{- if and (or $tls.certKey $tls.keyKey) (not (and $tls.certKey $tls.keyKey)) -}}
+{{- fail "redis.tls.certKey and redis.tls.keyKey go together (a client certificate needs its key)" -}}
+{{- end -}}
+{{- if and $tls.certKey (not $tls.existingSecret) -}}
+{{- fail "redis.tls.certKey / keyKey name keys of redis.tls.existingSecret, which is empty" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The effective feedsync config: the user's `config` plus the keys the chart owns. */}}
 {{- define "feedsync.config" -}}
 {{- $cfg := deepCopy .Values.config -}}
@@ -108,6 +196,22 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if eq .Values.mode "scaled" -}}
 {{- $_ := set $queue "driver" "bullmq" -}}
 {{- $_ := set $queue "redis_url_file" (printf "%s/redis-url" (include "feedsync.secretsDir" .)) -}}
+{{- /* rediss:// alone turns TLS on (system CAs, the URL's host): queue.redis_tls only when
+       there is more to say. */ -}}
+{{- $tls := .Values.redis.tls -}}
+{{- if $tls.enabled -}}
+{{- $redisTls := dict -}}
+{{- $dir := include "feedsync.redisTlsDir" . -}}
+{{- range (include "feedsync.redisTlsItems" . | fromYamlArray) -}}
+{{- $_ := set $redisTls (get (dict "ca.crt" "ca_file" "tls.crt" "cert_file" "tls.key" "key_file") .path) (printf "%s/%s" $dir .path) -}}
+{{- end -}}
+{{- with $tls.servername -}}{{- $_ := set $redisTls "servername" . -}}{{- end -}}
+{{- if eq $tls.rejectUnauthorized false -}}{{- $_ := set $redisTls "reject_unauthorized" false -}}{{- end -}}
+{{- if $redisTls -}}{{- $_ := set $queue "redis_tls" $redisTls -}}{{- end -}}
+{{- end -}}
+{{- with .Values.redis.minReplicasAcked -}}
+{{- $_ := set $queue "min_replicas_acked" (int .) -}}
+{{- end -}}
 {{- else -}}
 {{- $_ := set $queue "driver" "local" -}}
 {{- end -}}
@@ -151,6 +255,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
     defaultMode: 0440
     sources:
       {{- toYaml $sources | nindent 6 }}
+{{- end }}
+{{- with include "feedsync.redisTlsItems" . }}
+- name: redis-tls
+  secret:
+    secretName: {{ $.Values.redis.tls.existingSecret }}
+    # Group-readable only, like the credentials.
+    defaultMode: 0440
+    items:
+      {{- . | nindent 6 }}
 {{- end }}
 {{- with .Values.extraVolumes }}
 {{ toYaml . }}
@@ -270,6 +383,11 @@ initContainers:
     {{- if include "feedsync.hasSecretsVolume" $root }}
     - name: secrets
       mountPath: {{ include "feedsync.secretsDir" $root }}
+      readOnly: true
+    {{- end }}
+    {{- if include "feedsync.redisTlsItems" $root }}
+    - name: redis-tls
+      mountPath: {{ include "feedsync.redisTlsDir" $root }}
       readOnly: true
     {{- end }}
     {{- if .data }}
