@@ -3,7 +3,7 @@
 // and a `-@all` user holding exactly that runs poll, work, status, cursor and dlq without a single
 // refusal. Then a user missing one command (EVAL): one log line and a count instead of one a
 // retry, /readyz 503 naming the permission, and ready again once the ACL is fixed — no restart.
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import { readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -11,6 +11,7 @@ import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { rawConfig, readJsonl, tempDir, waitFor } from '../support/harness.js';
 import type { LogEntry } from '../support/process.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
+import { startRedisCluster, type RedisClusterSet } from '../support/redis-cluster.js';
 import { killAllCli, metricsPortOf, runCli, spawnCli, writeConfig, type CliProcess } from './support/cli.js';
 import { exerciseDlq, linesOf } from './support/dlq-flow.js';
 
@@ -261,6 +262,96 @@ describe('a -@all user holding exactly the documented commands', () => {
       // Without INFO, ioredis' own ready check (off then) would warn on stderr per connection.
       expect(p.stderr().join('\n')).not.toMatch(/ready check|INFO command fails/);
     }
+  });
+});
+
+/** The cluster additions: the second `ACL SETUSER feedsync` line of docs/scaled-mode.md. */
+function documentedClusterAcl(): string[] {
+  const doc = readFileSync(join(ROOT, 'docs/scaled-mode.md'), 'utf8');
+  const lines = [...doc.matchAll(/^ACL SETUSER feedsync .*$/gm)].map((m) => m[0]);
+  if (lines.length < 2) throw new Error('no cluster "ACL SETUSER feedsync" line in docs/scaled-mode.md');
+  return lines[1]!.split(/\s+/).slice(2);
+}
+
+describe('the same user on a Redis Cluster, with the documented cluster additions', () => {
+  const CLUSTER_PW = 'cluster-admin-pw';
+  let cluster: RedisClusterSet;
+  let nodes: Redis[] = [];
+  let view: Cluster;
+
+  beforeAll(async () => {
+    cluster = await startRedisCluster({ password: CLUSTER_PW });
+    nodes = cluster.ports.map((port) => new Redis({ port, host: '127.0.0.1', password: CLUSTER_PW }));
+    for (const node of nodes) {
+      await node.call('ACL', 'SETUSER', ...documentedAcl());
+      await node.call('ACL', 'SETUSER', ...documentedClusterAcl());
+    }
+    view = new Cluster([{ host: '127.0.0.1', port: cluster.ports[0]! }], {
+      redisOptions: { password: CLUSTER_PW },
+    });
+  }, 60_000);
+  afterAll(async () => {
+    view?.disconnect();
+    for (const node of nodes) node.disconnect();
+    await cluster?.stop();
+  });
+
+  it('runs poll, status, work, dlq and cursor; no node refuses it anything but the optional probes', async () => {
+    const seeds = cluster.url.replace(/^.*@/, '');
+    const c = config('acl-cluster', `redis+cluster://feedsync:${PASSWORD}@${seeds}`, {
+      queue: { attempts: 1, backoff_ms: 20, max_backoff_ms: 100 },
+      picky: true,
+    });
+    writeFileSync(join(dir, 'refuse'), '');
+    const poller = spawnCli(['--config', c.file, 'poll']);
+    const worker = spawnCli(['--config', c.file, 'work']);
+    procs.push(poller, worker);
+    const expected = SERVICES.flatMap((s) => sandbox.events(s).map((e) => `${s}:${e.id}`));
+    const refused = expected.filter((k) => Number(k.split(':')[1]) % EVERY === 0);
+    await waitFor(
+      async () => {
+        const cursors = await Promise.all(
+          SERVICES.map((s) => view.hget(`{feedsync:${s}}:source:${s}`, 'cursor')),
+        );
+        return (
+          SERVICES.every((s, i) => Number(cursors[i]) === newest(s)) &&
+          new Set(readJsonl(join(dir, 'acl-cluster.jsonl')).map((ch) => ch.key)).size === expected.length
+        );
+      },
+      45_000,
+      'both feeds queued to their end and delivered',
+    );
+    const status = await c.cli('status', '--json');
+    expect(status.code, status.stderr).toBe(0);
+    await waitFor(
+      async () => {
+        const list = await c.cli('dlq', 'list', '--json');
+        return list.code === 0 && (JSON.parse(list.stdout) as unknown[]).length === refused.length;
+      },
+      15_000,
+      'every refused change dead-lettered',
+    );
+    rmSync(join(dir, 'refuse'));
+    const retry = await c.cli('dlq', 'retry', '--all');
+    expect(retry.code, retry.stderr).toBe(0);
+    await waitFor(
+      () => linesOf(join(dir, 'acl-cluster-picky.txt')).length >= expected.length,
+      15_000,
+      'the retried changes delivered',
+    );
+    expect((await poller.stop()).code).toBe(0);
+    const set = await c.cli('cursor', 'set', 'scheduling', '3');
+    expect(set.code, set.stderr).toBe(0);
+    expect((await worker.stop()).code).toBe(0);
+
+    const refusals: string[] = [];
+    for (const node of nodes) {
+      const entries = (await node.call('ACL', 'LOG', '1000')) as unknown[][];
+      for (const e of entries.map((x) => Object.fromEntries(chunk(x)) as Record<string, unknown>))
+        if (e.username === 'feedsync') refusals.push(`${String(e.reason)} ${String(e.object)}`);
+    }
+    expect(refusals.filter((r) => !OPTIONAL.has(r.split(' ')[1]!))).toEqual([]);
+    for (const p of [poller, worker]) expect(p.logs().filter((l) => l.kind === 'noperm')).toEqual([]);
   });
 });
 
