@@ -1,7 +1,8 @@
-import { DecodeError } from '../core/errors.js';
+import { DecodeError, FeedsyncError } from '../core/errors.js';
 import { isNormalizedCollection, type Json, type Representation, type Resource } from '../core/resource.js';
 import { normalizeDateTime } from '../upstream/datetime.js';
 import type { FeedEvent } from './change.js';
+import type { PollerDeps } from './poll-context.js';
 
 /**
  * Turn a decoded feed response into events, checking every field the pipeline relies on. A page
@@ -57,4 +58,46 @@ function changeNames(value: Json | undefined): string[] {
 
 function isResource(v: unknown): v is Resource {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/**
+ * One event per id. The same event listed twice (a page boundary moving under a busy feed) is
+ * taken once and counted; two different events under one id cannot both be delivered under their
+ * key, so the page is refused (cursor unmoved) rather than one of them dropped.
+ */
+export function distinctEvents(
+  deps: Pick<PollerDeps, 'events' | 'logger' | 'source'>,
+  listed: FeedEvent[],
+  url: string,
+): FeedEvent[] {
+  const byId = new Map<number, FeedEvent>();
+  const out: FeedEvent[] = [];
+  for (const e of listed) {
+    const first = byId.get(e.id);
+    if (!first) {
+      byId.set(e.id, e);
+      out.push(e);
+      continue;
+    }
+    if (!sameEvent(first, e)) {
+      throw new FeedsyncError(
+        `feed page ${url} lists event ${e.id} twice with different contents ` +
+          `(${first.event_type} at ${first.timestamp}, then ${e.event_type} at ${e.timestamp}); ` +
+          'one of them would be lost, so the page is refused and the cursor stays: report it to the service operators',
+        true,
+      );
+    }
+    deps.events.emit('feed:anomaly', { source: deps.source.name, kind: 'duplicate_id', eventId: e.id });
+    deps.logger.warn({ event_id: e.id, url }, 'feed page lists the same event twice; delivering it once');
+  }
+  return out;
+}
+
+function sameEvent(a: FeedEvent, b: FeedEvent): boolean {
+  return (
+    a.event_type === b.event_type &&
+    a.timestamp === b.timestamp &&
+    a.subject_link === b.subject_link &&
+    a.changes.join(',') === b.changes.join(',')
+  );
 }

@@ -1,5 +1,5 @@
 import { backoffDelay, sleep } from '../backoff.js';
-import { errorMessage, FeedsyncError, UpstreamAuthError } from '../core/errors.js';
+import { errorMessage, UpstreamAuthError } from '../core/errors.js';
 import type { PollOutcome } from '../queue/driver.js';
 import type { UpstreamClient } from '../upstream/client.js';
 import type { FeedEvent } from './change.js';
@@ -7,7 +7,7 @@ import { nextCursor, observedDisorder, PAGE_SIZE } from './cursor.js';
 import { ExpansionAborted, GoneSubjects, type Expansion } from './expand.js';
 import { CatchUp } from './catch-up.js';
 import { FeedAudit } from './feed-audit.js';
-import { readFeedEvents } from './feed-page.js';
+import { distinctEvents, readFeedEvents } from './feed-page.js';
 import { Semaphore } from '../semaphore.js';
 import {
   commitEvents,
@@ -231,44 +231,6 @@ async function readPage(
   );
   const expansion = expand(deps, state, fresh, signal);
   return { url, size: listed.length, fresh, next, full, expansion };
-}
-
-/**
- * One event per id. The same event listed twice (a page boundary moving under a busy feed) is
- * taken once and counted; two different events under one id cannot both be delivered under their
- * key, so the page is refused (cursor unmoved) rather than one of them dropped.
- */
-function distinctEvents(deps: PollerDeps, listed: FeedEvent[], url: string): FeedEvent[] {
-  const byId = new Map<number, FeedEvent>();
-  const out: FeedEvent[] = [];
-  for (const e of listed) {
-    const first = byId.get(e.id);
-    if (!first) {
-      byId.set(e.id, e);
-      out.push(e);
-      continue;
-    }
-    if (!sameEvent(first, e)) {
-      throw new FeedsyncError(
-        `feed page ${url} lists event ${e.id} twice with different contents ` +
-          `(${first.event_type} at ${first.timestamp}, then ${e.event_type} at ${e.timestamp}); ` +
-          'one of them would be lost, so the page is refused and the cursor stays: report it to the service operators',
-        true,
-      );
-    }
-    deps.events.emit('feed:anomaly', { source: deps.source.name, kind: 'duplicate_id', eventId: e.id });
-    deps.logger.warn({ event_id: e.id, url }, 'feed page lists the same event twice; delivering it once');
-  }
-  return out;
-}
-
-function sameEvent(a: FeedEvent, b: FeedEvent): boolean {
-  return (
-    a.event_type === b.event_type &&
-    a.timestamp === b.timestamp &&
-    a.subject_link === b.subject_link &&
-    a.changes.join(',') === b.changes.join(',')
-  );
 }
 
 /**

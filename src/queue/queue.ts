@@ -131,8 +131,6 @@ export interface DeadLetterFilter {
 export interface ChangeQueue {
   /** Resolves with the number of changes queued per sink name (sinks whose filter they passed). */
   commitPage(commit: PageCommit): Promise<Record<string, number>>;
-  /** Largest undelivered backlog over all sinks (metrics); each sink is bounded on its own by parking. */
-  maxBacklog(): Promise<number>;
   /** The sinks of `source` off its shared stream, with their backlogs. */
   laggingSinks(source: string): Promise<LaggingSink[]>;
   /** Fenced like commitPage; refused (CatchUpRefused) when the sink's generation moved on. */

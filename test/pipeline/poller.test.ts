@@ -81,16 +81,12 @@ class ScriptedUpstream implements UpstreamClient {
 
 class MemoryQueue implements ChangeQueue {
   commits: PageCommit[] = [];
-  backlog = 0;
   registered: string[] = [];
   constructor(private readonly cursors: CursorStore) {}
   async commitPage(c: PageCommit) {
     this.commits.push(c);
     this.cursors.save(c.source, c.cursor, c.seenAbove);
     return { sink: c.changes.length };
-  }
-  async maxBacklog() {
-    return this.backlog;
   }
   async laggingSinks() {
     return [];

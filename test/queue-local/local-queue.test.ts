@@ -33,12 +33,13 @@ describe('local queue', () => {
       db.close();
     });
     const cursors = new CursorStore(db);
+    const backlog = new Backlog(db, ['s']);
     const producer = new LocalProducer(
       db,
       cursors,
       [{ name: 's', filter: noFilter }],
       localPositionsAdmin(db, cursors, []),
-      new Backlog(db, ['s']),
+      backlog,
       () => undefined,
     );
     const page = Array.from({ length: 5 }, (_, i) => makeChange(200 + i));
@@ -55,7 +56,7 @@ describe('local queue', () => {
       s: 5,
     });
     expect(cursors.get('src')).toEqual({ eventId: 99, seenAbove: [98] });
-    expect(await producer.maxBacklog()).toBe(5);
+    expect(backlog.of('s')).toBe(5);
   });
 
   it('refuses a store written by a newer feedsync, naming the schema versions', () => {

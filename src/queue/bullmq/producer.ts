@@ -458,10 +458,6 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     return view ?? viewInFlight!;
   }
 
-  async function maxBacklog(): Promise<number> {
-    return Math.max(0, ...(await backlogView()).backlog.values());
-  }
-
   function close(): Promise<void> {
     closed ??= (async () => {
       await Promise.allSettled(opened.map((q) => q.close()));
@@ -471,7 +467,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     return closed;
   }
 
-  return { commitPage, commitCatchUp, laggingSinks, registerSinks, maxBacklog, close };
+  return { commitPage, commitCatchUp, laggingSinks, registerSinks, close };
 }
 
 function noAnswer(ms: number): Error {

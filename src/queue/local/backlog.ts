@@ -35,8 +35,4 @@ export class Backlog {
   of(sink: string): number {
     return this.counts.get(sink) ?? 0;
   }
-
-  max(): number {
-    return Math.max(0, ...this.counts.values());
-  }
 }

@@ -189,10 +189,6 @@ export class LocalProducer implements ChangeQueue {
     this.onQueued(slices);
     return counts;
   }
-
-  async maxBacklog(): Promise<number> {
-    return this.backlog.max();
-  }
 }
 
 /** The rows of one sink's page as a logged page with ids from `firstId` on. */
