@@ -1,5 +1,6 @@
 // Secrets out of printed configs and logs. `redactConfig` is for showing a config
 // (check-config, start-up logs); `collectSecrets` feeds the logger's value-based redaction.
+import { multiHostKind, parseMultiHostUrl } from '../queue/bullmq/redis-multi-host.js';
 import type { FeedsyncConfig } from './types.js';
 
 export const REDACTED = '<redacted>';
@@ -106,7 +107,8 @@ function urlPasswords(value: string): string[] {
   try {
     url = new URL(value);
   } catch {
-    return [value];
+    // Sentinel and cluster URLs name several hosts, which URL does not parse: their password too.
+    return [value, ...multiHostPasswords(value)];
   }
   if (url.password === '') return [];
   let decoded = url.password;
@@ -116,6 +118,19 @@ function urlPasswords(value: string): string[] {
     // A malformed escape: the raw form is all there is.
   }
   return [url.password, decoded];
+}
+
+function multiHostPasswords(value: string): string[] {
+  if (!multiHostKind(value)) return [];
+  const userinfo = /^[^:]+:\/\/([^@/]*)@/.exec(value)?.[1];
+  const colon = userinfo?.indexOf(':') ?? -1;
+  if (!userinfo || colon < 0) return [];
+  const raw = userinfo.slice(colon + 1);
+  try {
+    return [raw, parseMultiHostUrl(value).password ?? raw];
+  } catch {
+    return [raw];
+  }
 }
 
 function redactOptions(value: unknown): unknown {

@@ -26,6 +26,19 @@ function configWithSecrets() {
 }
 
 describe('redaction', () => {
+  it('collects the password of a Sentinel or cluster URL (several hosts: not a WHATWG URL) for log scrubbing', () => {
+    for (const redis_url of [
+      'redis+cluster://feedsync:cl%40ster-pw@10.0.0.1:7000,10.0.0.2:7000',
+      'rediss+sentinel://feedsync:cl%40ster-pw@s1:26379,s2:26379/main',
+    ]) {
+      const raw = minimalRaw();
+      raw.queue = { driver: 'bullmq', redis_url };
+      const secrets = collectSecrets(validateConfig(raw, { dir: '/etc/feedsync' }));
+      expect(secrets).toEqual(expect.arrayContaining(['cl%40ster-pw', 'cl@ster-pw', redis_url]));
+      expect(JSON.stringify(redactConfig(validateConfig(raw, { dir: '/etc/feedsync' })))).not.toContain('ster-pw');
+    }
+  });
+
   it('leaves no secret value anywhere in the redacted copy and keeps the rest', () => {
     const config = configWithSecrets();
     const secrets = collectSecrets(config);

@@ -32,7 +32,16 @@ describe('redis+sentinel:// URLs', () => {
       name: 'm',
       password: 'secret',
     });
+    expect(parseMultiHostUrl('redis+sentinel://h:1/m/3')).toEqual({
+      kind: 'sentinel',
+      tls: false,
+      hosts: [{ host: 'h', port: 1 }],
+      name: 'm',
+      db: 3,
+    });
+    expect(redactRedisUrl('redis+sentinel://:pw@h:1/m/3')).toBe('redis+sentinel://h:1/m/3');
     for (const bad of [
+      'redis+sentinel://h:1/m/x',
       'redis+sentinel://h:1',
       'redis+sentinel://h:1/',
       'redis+sentinel://h:99999/m',

@@ -1,7 +1,8 @@
 // queue.redis_url forms that name several hosts instead of one server:
-//   redis+sentinel://[user:password@]host1:port1,host2:port2/<master>   Sentinel: every connection
-//       asks the sentinels where the primary is (ioredis' `sentinels` + `name`) and again after a
-//       failover. The user and password are the data nodes'; the sentinels are reached without AUTH.
+//   redis+sentinel://[user:password@]host1:port1,host2:port2/<master>[/<db>]   Sentinel: every
+//       connection asks the sentinels where the primary is (ioredis' `sentinels` + `name`) and
+//       again after a failover. The user and password are the data nodes'; the sentinels are
+//       reached without AUTH. <db>: the database number (default 0).
 //   redis+cluster://[user:password@]host1:port1,host2:port2             Redis Cluster: seed nodes
 //       for ioredis' cluster client, which learns the rest and follows MOVED/ASK and failovers.
 // `rediss+…` turns TLS on for the data nodes (and, for Sentinel, for the sentinels), with
@@ -15,6 +16,8 @@ export interface MultiHostUrl {
   hosts: { host: string; port: number }[];
   /** Sentinel: the master name the sentinels monitor. */
   name?: string;
+  /** Sentinel: the database number, when not 0. */
+  db?: number;
   username?: string;
   password?: string;
 }
@@ -23,7 +26,7 @@ const FORM = /^(rediss?)\+(sentinel|cluster):\/\//i;
 const DEFAULT_PORT: Record<MultiHostKind, number> = { sentinel: 26379, cluster: 6379 };
 
 export const MULTI_HOST_FORMS =
-  'redis+sentinel://[user:password@]host:port[,host:port…]/<master name> or ' +
+  'redis+sentinel://[user:password@]host:port[,host:port…]/<master name>[/<db>] or ' +
   'redis+cluster://[user:password@]host:port[,host:port…] (rediss+… for TLS)';
 
 /** Which multi-host form `url` is written in, if any. */
@@ -37,15 +40,15 @@ export function parseMultiHostUrl(url: string): MultiHostUrl {
   const kind = form?.[2]?.toLowerCase() as MultiHostKind | undefined;
   const m =
     kind === 'sentinel'
-      ? /^[^:]+:\/\/(?:([^@/]*)@)?([^/?#@]+)\/([^/?#]+)\/?$/.exec(url)
+      ? /^[^:]+:\/\/(?:([^@/]*)@)?([^/?#@]+)\/([^/?#]+)(?:\/(\d{1,5}))?\/?$/.exec(url)
       : /^[^:]+:\/\/(?:([^@/]*)@)?([^/?#@]+)\/?$/.exec(url);
   if (!form || !kind || !m)
     throw new Error(
       kind === 'cluster'
         ? 'expected redis+cluster://[user:password@]host:port[,host:port…]'
-        : 'expected redis+sentinel://[user:password@]host:port[,host:port…]/<master name>',
+        : 'expected redis+sentinel://[user:password@]host:port[,host:port…]/<master name>[/<db>]',
     );
-  const [, userinfo, hosts, name] = m;
+  const [, userinfo, hosts, name, db] = m;
   const out: MultiHostUrl = {
     kind,
     tls: form[1]!.toLowerCase() === 'rediss',
@@ -57,6 +60,7 @@ export function parseMultiHostUrl(url: string): MultiHostUrl {
     }),
   };
   if (name !== undefined) out.name = decode(name);
+  if (db !== undefined && Number(db) !== 0) out.db = Number(db);
   if (userinfo !== undefined && userinfo !== '') {
     const colon = userinfo.indexOf(':');
     const user = colon < 0 ? userinfo : userinfo.slice(0, colon);
@@ -74,7 +78,8 @@ export function redactMultiHostUrl(url: string): string {
       .map((s) => `${s.host.includes(':') ? `[${s.host}]` : s.host}:${s.port}`)
       .join(',');
     const scheme = `${parsed.tls ? 'rediss' : 'redis'}+${parsed.kind}://`;
-    return `${scheme}${hosts}${parsed.name === undefined ? '' : `/${encodeURIComponent(parsed.name)}`}`;
+    const path = parsed.name === undefined ? '' : `/${encodeURIComponent(parsed.name)}`;
+    return `${scheme}${hosts}${path}${parsed.db === undefined ? '' : `/${parsed.db}`}`;
   } catch {
     return `<invalid ${multiHostKind(url) ?? 'redis'} url>`;
   }

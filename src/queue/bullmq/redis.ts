@@ -200,6 +200,7 @@ function sentinelOptions(endpoint: RedisEndpoint): RedisOptions {
     role: 'master',
     failoverDetector: true,
     ...(tls && { tls, sentinelTLS: tls, enableTLSForSentinelMode: true }),
+    ...(parsed.db !== undefined && { db: parsed.db }),
     ...(parsed.username !== undefined && { username: parsed.username }),
     ...(parsed.password !== undefined && { password: parsed.password }),
   };
