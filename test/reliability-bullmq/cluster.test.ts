@@ -27,7 +27,8 @@ import {
   testSeed,
 } from './support.js';
 
-const BACKLOG = 3000;
+// RB_BACKLOG: a longer run (npm run soak with SOAK_SCENARIOS=cluster,sentinel).
+const BACKLOG = Number(process.env.RB_BACKLOG ?? 3000);
 const PASSWORD = 'cluster-test-s3cret';
 const SHUTDOWN_MS = 5000;
 const seed = testSeed();

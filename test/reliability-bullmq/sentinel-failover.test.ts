@@ -23,7 +23,8 @@ import {
   waitStarted,
 } from './support.js';
 
-const BACKLOG = 1500;
+// RB_BACKLOG: a longer run (npm run soak with SOAK_SCENARIOS=cluster,sentinel).
+const BACKLOG = Number(process.env.RB_BACKLOG ?? 1500);
 // The primary and replica require it; it must never show in any output.
 const PASSWORD = 'sentinel-test-s3cret';
 const SHUTDOWN_MS = 5000;
