@@ -95,7 +95,7 @@ describe('classifyRedisError', () => {
       /connected to a replica: point queue\.redis_url at the primary/,
     );
     expect(redisErrorHint(replyError('MOVED 1 h:1'))).toMatch(
-      /Redis Cluster node: feedsync needs a standalone primary/,
+      /Redis Cluster node behind a single-server URL \(name the cluster with redis\+cluster:\/\//,
     );
     expect(redisErrorHint(replyError('WRONGPASS x'))).toMatch(/rejected the credentials/);
     expect(redisErrorHint(coded('SELF_SIGNED_CERT_IN_CHAIN'))).toMatch(

@@ -14,6 +14,7 @@ import { closeRedis, createRedisConnection, openRedisEndpoint } from './redis.js
 import {
   assertRedisCredentials,
   assertRedisPersists,
+  assertRedisTopology,
   checkRedisPolicy,
   redisAllowsInfo,
 } from './redis-preflight.js';
@@ -44,6 +45,7 @@ export async function createBullmqDriver(
   const polls = mode === 'run' || mode === 'poll';
   const delivers = mode === 'run' || mode === 'work';
   await assertRedisCredentials(endpoint, logger);
+  await assertRedisTopology(endpoint, logger);
   endpoint.infoRefused = !(await redisAllowsInfo(endpoint, logger));
   if (mode !== 'ops') await checkRedisPolicy(endpoint, logger);
   // Before anything is read: a Redis that forgets would silently restart every source.

@@ -165,6 +165,61 @@ export async function redisAllowsInfo(target: RedisTarget, logger: Logger): Prom
 }
 
 /**
+ * The URL's form must match the server: a cluster node behind a plain URL answers MOVED for most
+ * keys, and a redis+cluster:// URL on a standalone server never gets a slot map (ioredis retries
+ * for ever). Either way nothing would work, so start-up stops naming the form to use. Asked with
+ * INFO server (`redis_mode`), else CLUSTER INFO; a user allowed neither, an unreachable Redis or
+ * Sentinel (the primary is known only through the sentinels) is not checked here.
+ */
+export async function assertRedisTopology(endpoint: RedisEndpoint, logger: Logger): Promise<void> {
+  const kind = multiHostKind(endpoint.url);
+  if (kind === 'sentinel') return;
+  const server = credentialTarget(endpoint.url);
+  if (!server) return;
+  // A plain connection to the URL's server, or to the cluster's first seed node.
+  const url = kind === 'cluster' ? seedUrl(server) : endpoint.url;
+  const probe: RedisEndpoint = { url, infoRefused: true, ...(endpoint.tls && { tls: endpoint.tls }) };
+  const mode = await withClient(probe, logger, (client) => redisMode(client)).catch(() => undefined);
+  const where = redactRedisUrl(endpoint.url);
+  if (kind === 'cluster' && mode === 'standalone')
+    throw new FeedsyncError(
+      `queue.redis_url: ${where} is not a Redis Cluster (the server runs standalone): name it with redis://host:port`,
+      false,
+    );
+  if (kind !== 'cluster' && mode === 'cluster')
+    throw new FeedsyncError(
+      `queue.redis_url: Redis at ${where} is a Redis Cluster node: name the cluster with ` +
+        'redis+cluster://host:port[,host:port…] (rediss+cluster:// for TLS)',
+      false,
+    );
+}
+
+/** 'cluster' or 'standalone' as the server says; undefined when it may not be asked. */
+async function redisMode(client: Redis): Promise<string | undefined> {
+  try {
+    return /^redis_mode:(\w+)/m.exec(await client.info('server'))?.[1];
+  } catch (err) {
+    if (!refused(err)) throw err;
+  }
+  try {
+    await client.call('CLUSTER', 'INFO');
+    return 'cluster';
+  } catch (err) {
+    if (/cluster support disabled/i.test(errorMessage(err))) return 'standalone';
+    return undefined;
+  }
+}
+
+function seedUrl(server: CredentialTarget): string {
+  const host = server.host.includes(':') ? `[${server.host}]` : server.host;
+  const auth =
+    server.password === undefined
+      ? ''
+      : `${encodeURIComponent(server.username ?? '')}:${encodeURIComponent(server.password)}@`;
+  return `${server.tls ? 'rediss' : 'redis'}://${auth}${host}:${server.port}`;
+}
+
+/**
  * BullMQ loses jobs if Redis evicts keys; warn when the server may. Managed Redis often disables
  * CONFIG: that is reported at debug level, not as a failure.
  */
