@@ -32,6 +32,8 @@ const OPTIONAL = new Set([
   'client',
   'select',
   'wait',
+  'cluster|info',
+  'cluster',
 ]);
 
 /** The `ACL SETUSER feedsync …` line of docs/scaled-mode.md, as arguments after SETUSER. */

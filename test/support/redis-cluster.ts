@@ -4,6 +4,8 @@
 // The cluster is formed without redis-cli (CLUSTER MEET, ADDSLOTSRANGE, REPLICATE over ioredis
 // standalone connections), so only redis-server (7.0 or later) is needed. It can move a hash slot
 // while clients use it (online resharding) and kill a primary to make its replica take over.
+// With `tls` every node speaks TLS only, on its client port, its cluster bus and its replication
+// link, and the harness talks to the nodes over TLS as well.
 //
 // Settings chosen, beside the brief's ones:
 // - `--cluster-port`: the bus port is otherwise port + 10000, which for an ephemeral port can be
@@ -19,10 +21,11 @@
 // - `--repl-diskless-sync-delay 0`: 7.0 syncs replicas diskless by default and waits 5 s for more
 //   replicas to join the same transfer; nobody else is coming, so start at once.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { ConnectionOptions } from 'node:tls';
 import { Redis } from 'ioredis';
 
 export interface ClusterNode {
@@ -32,7 +35,10 @@ export interface ClusterNode {
 }
 
 export interface RedisClusterSet {
-  /** redis+cluster://[:password@]127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3  (the initial primaries as seeds) */
+  /**
+   * redis+cluster://[:password@]127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3 (the initial primaries as
+   * seeds); rediss+cluster://… with `tls` (the ports are then the TLS ports, the only ones).
+   */
   url: string;
   /** All node ports (primaries first, then replicas), including nodes killed since. */
   ports: number[];
@@ -67,6 +73,37 @@ export interface StartRedisClusterOptions {
   nodeTimeoutMs?: number;
   /** appendonly yes (appendfsync everysec, the default) or no; default true. */
   appendonly?: boolean;
+  /**
+   * TLS only: every node listens on its TLS port alone (`--port 0`), and the cluster bus and
+   * replication (and MIGRATE, which follows tls-cluster) run over TLS too. The harness's own
+   * connections use TLS with the CA, presenting the client identity below.
+   */
+  tls?: RedisClusterTls;
+}
+
+export interface RedisClusterTls {
+  /** PEM files: the nodes' server certificate and key, and the CA both sides' certificates chain to. */
+  certFile: string;
+  keyFile: string;
+  caFile: string;
+  /** `tls-auth-clients yes`: clients, the nodes' own bus and replication links included, need a certificate. */
+  authClients: boolean;
+  /**
+   * The client identity of the nodes' outgoing links (cluster bus, replication, MIGRATE:
+   * `tls-client-cert-file`/`tls-client-key-file`) and of the harness's connections. Default
+   * certFile/keyFile, which works only when that certificate may act as a client's: the one
+   * createPki() makes has extendedKeyUsage=serverAuth alone, so OpenSSL refuses it as a client
+   * certificate ("unsuitable certificate purpose") and, with authClients, no node could MEET
+   * another; pass createPki()'s client certificate then.
+   */
+  clientCertFile?: string;
+  clientKeyFile?: string;
+}
+
+/** How the harness's own connections reach a node. */
+interface Access {
+  password?: string;
+  tls?: ConnectionOptions;
 }
 
 const BIN = '/usr/bin/redis-server';
@@ -91,6 +128,17 @@ export async function startRedisCluster(opts: StartRedisClusterOptions = {}): Pr
   const replicasPerPrimary = opts.replicasPerPrimary ?? 1;
   const nodeTimeoutMs = opts.nodeTimeoutMs ?? 1_000;
   const appendonly = opts.appendonly ?? true;
+  const tls = opts.tls;
+  const clientCert = tls && (tls.clientCertFile ?? tls.certFile);
+  const clientKey = tls && (tls.clientKeyFile ?? tls.keyFile);
+  const access: Access = {
+    ...(pw && { password: pw }),
+    // No servername: the nodes are reached as 127.0.0.1, which the certificate must name (an IP
+    // SAN; Node checks it without SNI).
+    ...(tls && {
+      tls: { ca: readFileSync(tls.caFile), cert: readFileSync(clientCert!), key: readFileSync(clientKey!) },
+    }),
+  };
   if (primaries < 1 || replicasPerPrimary < 0) throw new Error('startRedisCluster: bad node counts');
   const dir = mkdtempSync(join(tmpdir(), 'feedsync-cluster-'));
   const children = new Map<number, ChildProcess>();
@@ -105,8 +153,30 @@ export async function startRedisCluster(opts: StartRedisClusterOptions = {}): Pr
       rmSync(sub, { recursive: true, force: true });
       mkdirSync(sub);
       const args = [
-        '--port',
-        String(port),
+        ...(tls
+          ? [
+              '--port',
+              '0',
+              '--tls-port',
+              String(port),
+              '--tls-cluster',
+              'yes',
+              '--tls-replication',
+              'yes',
+              '--tls-cert-file',
+              tls.certFile,
+              '--tls-key-file',
+              tls.keyFile,
+              '--tls-client-cert-file',
+              clientCert!,
+              '--tls-client-key-file',
+              clientKey!,
+              '--tls-ca-cert-file',
+              tls.caFile,
+              '--tls-auth-clients',
+              tls.authClients ? 'yes' : 'no',
+            ]
+          : ['--port', String(port)]),
         '--bind',
         '127.0.0.1',
         '--cluster-enabled',
@@ -149,7 +219,7 @@ export async function startRedisCluster(opts: StartRedisClusterOptions = {}): Pr
       });
       child.once('error', () => undefined);
       try {
-        await waitPing(port, pw, () => exited);
+        await waitPing(port, access, () => exited);
         children.set(port, child);
         return port;
       } catch (err) {
@@ -175,7 +245,7 @@ export async function startRedisCluster(opts: StartRedisClusterOptions = {}): Pr
     const ids = new Map<number, string>();
     const busPorts = new Map<number, number>();
     for (const port of ports) {
-      await withNode(port, pw, async (c) => {
+      await withNode(port, access, async (c) => {
         ids.set(port, (await c.call('CLUSTER', 'MYID')) as string);
         busPorts.set(port, Number(await configGet(c, 'cluster-port')));
       });
@@ -185,19 +255,19 @@ export async function startRedisCluster(opts: StartRedisClusterOptions = {}): Pr
     for (const [i, port] of primaryPorts.entries()) {
       const from = Math.floor((i * TOTAL_SLOTS) / primaries);
       const to = Math.floor(((i + 1) * TOTAL_SLOTS) / primaries) - 1;
-      await withNode(port, pw, async (c) => {
+      await withNode(port, access, async (c) => {
         await c.call('CLUSTER', 'ADDSLOTSRANGE', from, to);
         await c.call('CLUSTER', 'SET-CONFIG-EPOCH', i + 1);
       });
     }
-    await withNode(ports[0], pw, async (c) => {
+    await withNode(ports[0], access, async (c) => {
       for (const port of ports.slice(1))
         await c.call('CLUSTER', 'MEET', '127.0.0.1', port, busPorts.get(port)!);
     });
     const allIds = new Set(ids.values());
     await until('every node knows every other', 20_000, async () => {
       for (const port of ports) {
-        const lines = await nodeLines(port, pw);
+        const lines = await nodeLines(port, access);
         const known = lines.filter(
           (l) => allIds.has(l.id) && !l.flags.includes('handshake') && !l.flags.includes('noaddr'),
         );
@@ -210,20 +280,20 @@ export async function startRedisCluster(opts: StartRedisClusterOptions = {}): Pr
       for (let r = 0; r < replicasPerPrimary; r++) {
         const replica = ports[primaries + i * replicasPerPrimary + r];
         masterOf.set(replica, primaryPorts[i]);
-        await withNode(replica, pw, (c) => c.call('CLUSTER', 'REPLICATE', ids.get(primaryPorts[i])!));
+        await withNode(replica, access, (c) => c.call('CLUSTER', 'REPLICATE', ids.get(primaryPorts[i])!));
       }
     }
     await until('cluster_state ok, replicas attached and known everywhere', 30_000, async () => {
       for (const port of ports) {
-        if (!(await clusterOk(port, pw))) return false;
-        const lines = await nodeLines(port, pw);
+        if (!(await clusterOk(port, access))) return false;
+        const lines = await nodeLines(port, access);
         for (const [replica, primary] of masterOf) {
           const line = lines.find((l) => l.id === ids.get(replica));
           if (!line?.flags.includes('slave') || line.master !== ids.get(primary)) return false;
         }
       }
       for (const replica of masterOf.keys()) {
-        const info = await withNode(replica, pw, (c) => c.info('replication'));
+        const info = await withNode(replica, access, (c) => c.info('replication'));
         if (!/^master_link_status:up/m.test(info)) return false;
       }
       return true;
@@ -234,7 +304,7 @@ export async function startRedisCluster(opts: StartRedisClusterOptions = {}): Pr
       let last: unknown;
       for (const port of alive()) {
         try {
-          return await nodeLines(port, pw);
+          return await nodeLines(port, access);
         } catch (err) {
           last = err;
         }
@@ -244,7 +314,7 @@ export async function startRedisCluster(opts: StartRedisClusterOptions = {}): Pr
     const slotOf = async (key: string): Promise<number> => {
       for (const port of alive()) {
         try {
-          return (await withNode(port, pw, (c) => c.call('CLUSTER', 'KEYSLOT', key))) as number;
+          return (await withNode(port, access, (c) => c.call('CLUSTER', 'KEYSLOT', key))) as number;
         } catch {
           // next node
         }
@@ -264,7 +334,7 @@ export async function startRedisCluster(opts: StartRedisClusterOptions = {}): Pr
     const ownerOf = async (key: string): Promise<number> => ownerLine(await view(), await slotOf(key)).port;
 
     return {
-      url: `redis+cluster://${pw ? `:${encodeURIComponent(pw)}@` : ''}${primaryPorts.map((p) => `127.0.0.1:${p}`).join(',')}`,
+      url: `${tls ? 'rediss' : 'redis'}+cluster://${pw ? `:${encodeURIComponent(pw)}@` : ''}${primaryPorts.map((p) => `127.0.0.1:${p}`).join(',')}`,
       ports,
       async nodes() {
         const lines = await view();
@@ -282,8 +352,8 @@ export async function startRedisCluster(opts: StartRedisClusterOptions = {}): Pr
           throw new Error(`migrateSlotOf: ${toPort} is not a live primary`);
         }
         if (source.port === toPort) throw new Error(`migrateSlotOf: slot ${slot} is already on ${toPort}`);
-        const src = await connect(source.port, pw);
-        const dst = await connect(toPort, pw);
+        const src = await connect(source.port, access);
+        const dst = await connect(toPort, access);
         let moved = 0;
         try {
           await dst.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', source.id);
@@ -313,14 +383,14 @@ export async function startRedisCluster(opts: StartRedisClusterOptions = {}): Pr
           for (const l of lines) {
             if (l.port === toPort || l.port === source.port) continue;
             if (!l.flags.includes('master') || l.flags.includes('fail') || !children.has(l.port)) continue;
-            await withNode(l.port, pw, (c) => c.call('CLUSTER', 'SETSLOT', slot, 'NODE', target.id));
+            await withNode(l.port, access, (c) => c.call('CLUSTER', 'SETSLOT', slot, 'NODE', target.id));
           }
         } finally {
           src.disconnect();
           dst.disconnect();
         }
         await until(`every node names ${toPort} as the owner of slot ${slot}`, 20_000, async () => {
-          for (const port of alive()) if ((await slotOwnerBySlots(port, pw, slot)) !== toPort) return false;
+          for (const port of alive()) if ((await slotOwnerBySlots(port, access, slot)) !== toPort) return false;
           return true;
         });
         return { slot, from: source.port, to: toPort, keys: moved };
@@ -348,8 +418,8 @@ export async function startRedisCluster(opts: StartRedisClusterOptions = {}): Pr
           async () => {
             let candidate: number | undefined;
             for (const port of alive()) {
-              if (!(await clusterOk(port, pw))) return false;
-              const l = ownerLine(await nodeLines(port, pw), slot);
+              if (!(await clusterOk(port, access))) return false;
+              const l = ownerLine(await nodeLines(port, access), slot);
               if (!replicaIds.has(l.id) || (candidate !== undefined && candidate !== l.port)) return false;
               candidate = l.port;
             }
@@ -417,7 +487,7 @@ async function until(what: string, timeoutMs: number, check: () => Promise<boole
 }
 
 /** A standalone admin connection that never retries (a dead node fails the call at once). */
-async function connect(port: number, password: string | undefined): Promise<Redis> {
+async function connect(port: number, access: Access): Promise<Redis> {
   const client = new Redis({
     port,
     host: '127.0.0.1',
@@ -426,7 +496,8 @@ async function connect(port: number, password: string | undefined): Promise<Redi
     retryStrategy: () => null,
     connectTimeout: 2_000,
     commandTimeout: 10_000,
-    ...(password && { password }),
+    ...(access.password && { password: access.password }),
+    ...(access.tls && { tls: access.tls }),
   });
   client.on('error', () => undefined);
   try {
@@ -438,12 +509,8 @@ async function connect(port: number, password: string | undefined): Promise<Redi
   return client;
 }
 
-async function withNode<T>(
-  port: number,
-  password: string | undefined,
-  fn: (c: Redis) => Promise<T>,
-): Promise<T> {
-  const client = await connect(port, password);
+async function withNode<T>(port: number, access: Access, fn: (c: Redis) => Promise<T>): Promise<T> {
+  const client = await connect(port, access);
   try {
     return await fn(client);
   } finally {
@@ -456,14 +523,14 @@ async function configGet(client: Redis, name: string): Promise<string> {
   return reply[1];
 }
 
-async function clusterOk(port: number, password: string | undefined): Promise<boolean> {
-  const info = (await withNode(port, password, (c) => c.call('CLUSTER', 'INFO'))) as string;
+async function clusterOk(port: number, access: Access): Promise<boolean> {
+  const info = (await withNode(port, access, (c) => c.call('CLUSTER', 'INFO'))) as string;
   return /^cluster_state:ok/m.test(info);
 }
 
 /** CLUSTER NODES: `<id> <ip:port@cport[,hostname]> <flags> <master|-> <ping> <pong> <epoch> <link> <slot>…` */
-async function nodeLines(port: number, password: string | undefined): Promise<NodeLine[]> {
-  const text = (await withNode(port, password, (c) => c.call('CLUSTER', 'NODES'))) as string;
+async function nodeLines(port: number, access: Access): Promise<NodeLine[]> {
+  const text = (await withNode(port, access, (c) => c.call('CLUSTER', 'NODES'))) as string;
   return text
     .split('\n')
     .filter((line) => line.trim())
@@ -487,20 +554,20 @@ async function nodeLines(port: number, password: string | undefined): Promise<No
 }
 
 /** The primary port CLUSTER SLOTS on `port` names for `slot` (what cluster clients go by). */
-async function slotOwnerBySlots(port: number, password: string | undefined, slot: number): Promise<number> {
-  const ranges = (await withNode(port, password, (c) => c.call('CLUSTER', 'SLOTS'))) as Array<
+async function slotOwnerBySlots(port: number, access: Access, slot: number): Promise<number> {
+  const ranges = (await withNode(port, access, (c) => c.call('CLUSTER', 'SLOTS'))) as Array<
     [number, number, [string, number, ...unknown[]], ...unknown[]]
   >;
   const range = ranges.find(([a, b]) => slot >= a && slot <= b);
   return range ? Number(range[2][1]) : 0;
 }
 
-async function waitPing(port: number, password: string | undefined, gone: () => boolean): Promise<void> {
+async function waitPing(port: number, access: Access, gone: () => boolean): Promise<void> {
   const deadline = Date.now() + 10_000;
   for (;;) {
     if (gone()) throw new Error(`redis-server on ${port} exited`);
     try {
-      if ((await withNode(port, password, (c) => c.ping())) === 'PONG') return;
+      if ((await withNode(port, access, (c) => c.ping())) === 'PONG') return;
     } catch {
       // not yet
     }

@@ -69,7 +69,7 @@ const STALE_CONNECTION_MS = 30_000;
 // others (timeouts, a closed connection) are the connection's own failure, reported by its 'error'.
 const COMMAND_KINDS: ReadonlySet<RedisErrorKind> = new Set(['wrongpass', 'noperm', 'moved', 'readonly']);
 // Probes whose refusal feedsync handles itself (managed Redis often forbids them): never a problem.
-const OPTIONAL_COMMANDS = new Set(['info', 'config', 'role', 'client', 'acl', 'command', 'quit']);
+const OPTIONAL_COMMANDS = new Set(['info', 'config', 'role', 'client', 'acl', 'command', 'quit', 'cluster']);
 
 export function createRedisMonitor(opts: RedisMonitorOptions): RedisMonitor {
   const now = opts.now ?? Date.now;

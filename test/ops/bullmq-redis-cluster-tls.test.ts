@@ -1,0 +1,127 @@
+// `feedsync poll` / `work` / `status` as processes over TLS to a real Redis Cluster (3 primaries +
+// 3 replicas, TLS only: client port, cluster bus and replication; private CA made by openssl;
+// client certificates required; a password): they drain the sandbox through rediss+cluster://
+// with queue.redis_tls. A missing CA or a wrong password stops the process at start-up (the
+// preflight against the first seed node) with exit 1 and the cause on stderr, not a retry loop.
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
+import { rawConfig, readJsonl, waitFor } from '../support/harness.js';
+import { startRedisCluster, type RedisClusterSet } from '../support/redis-cluster.js';
+import { createPki, type Pki } from '../upstream/support/pki.js';
+import { killAllCli, runCli, spawnCli, writeConfig, type CliProcess } from './support/cli.js';
+
+const PASSWORD = 'tls-cluster-pw-6Wq4';
+const WRONG = 'wrong-cluster-pw-2Hx7';
+const SERVICES = ['scheduling', 'workflow'] as const;
+
+let pki: Pki;
+let sandbox: Sandbox;
+let cluster: RedisClusterSet;
+const procs: CliProcess[] = [];
+
+beforeAll(async () => {
+  pki = createPki();
+  [sandbox, cluster] = await Promise.all([
+    startSandbox({ seed: 44, backlog: 40, rate: 0 }),
+    startRedisCluster({
+      password: PASSWORD,
+      tls: {
+        certFile: pki.serverCertFile,
+        keyFile: pki.serverKeyFile,
+        caFile: pki.caFile,
+        authClients: true,
+        // createPki's server certificate is for serverAuth only: the nodes' own bus and
+        // replication links present the client certificate.
+        clientCertFile: pki.clientCertFile,
+        clientKeyFile: pki.clientKeyFile,
+      },
+    }),
+  ]);
+}, 30_000);
+
+afterAll(async () => {
+  await Promise.all(procs.map((p) => p.stop()));
+  await killAllCli();
+  await Promise.all([sandbox?.close(), cluster?.stop()]);
+  pki?.cleanup();
+});
+
+/** A config file in the PKI dir, so `ca_file: ca.pem` and friends resolve next to it. */
+function config(name: string, url: string, redisTls?: Record<string, unknown>): string {
+  const raw = rawConfig(sandbox, pki.dir, {
+    queue: { driver: 'bullmq', redis_url: url, prefix: name, ...(redisTls && { redis_tls: redisTls }) },
+    sinks: [{ name: 'file', type: 'jsonl', path: join(pki.dir, `${name}.jsonl`) }],
+  });
+  raw.log = { level: 'info' };
+  return writeConfig(pki.dir, raw, `${name}.yaml`);
+}
+
+const CLIENT = { ca_file: 'ca.pem', cert_file: 'client.pem', key_file: 'client.key' };
+
+/** The cluster URL as feedsync names it in messages: no password, regex-escaped. */
+function redactedUrlPattern(): string {
+  return cluster.url.replace(/\/\/[^@]*@/, '//').replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
+}
+
+describe('feedsync over TLS to a Redis Cluster (tls-auth-clients yes, TLS cluster bus)', () => {
+  it('poll and work drain the sandbox through rediss+cluster:// with a private CA and a client certificate; status reads it', async () => {
+    expect(cluster.url).toMatch(/^rediss\+cluster:\/\/:[^@]+@127\.0\.0\.1:\d+(,127\.0\.0\.1:\d+){2}$/);
+    const file = config('tlsc', cluster.url, CLIENT);
+    const poller = spawnCli(['--config', file, 'poll']);
+    const worker = spawnCli(['--config', file, 'work']);
+    procs.push(poller, worker);
+    const sink = join(pki.dir, 'tlsc.jsonl');
+    const expected = SERVICES.flatMap((s) => sandbox.events(s).map((e) => `${s}:${e.id}`)).sort();
+    await waitFor(
+      () => new Set(readJsonl(sink).map((c) => c.key)).size === expected.length,
+      25_000,
+      'every change delivered over TLS to the cluster',
+    );
+    const status = await runCli(['--config', file, 'status', '--json']);
+    expect(status.code, status.stderr).toBe(0);
+    expect((await poller.stop()).code).toBe(0);
+    expect((await worker.stop()).code).toBe(0);
+    // Once each: nothing missing, nothing twice.
+    expect(
+      readJsonl(sink)
+        .map((c) => c.key)
+        .sort(),
+    ).toEqual(expected);
+    if (process.env.DEBUG_TLSC) writeFileSync('/tmp/tlsc-worker.txt', worker.output.map((o) => `${o.at} ${o.line.slice(0, 300)}`).join('\n'));
+    for (const p of [poller, worker]) {
+      expect(p.logs().filter((l) => l.level !== undefined && l.level >= 40)).toEqual([]);
+      expect([...p.stdout(), ...p.stderr()].join('\n')).not.toContain(PASSWORD);
+    }
+    expect(status.stdout + status.stderr).not.toContain(PASSWORD);
+  });
+
+  it('exits 1 at start-up naming an untrusted certificate (no CA), not after retries', async () => {
+    const started = Date.now();
+    const r = await runCli(['--config', config('tlsc-noca', cluster.url), 'work'], { timeoutMs: 15_000 });
+    const elapsed = Date.now() - started;
+    expect(r.code, r.stderr).toBe(1);
+    expect(r.stderr).toMatch(
+      new RegExp(
+        `feedsync: queue\\.redis_url: TLS with Redis at ${redactedUrlPattern()}/? failed: ` +
+          "TLS: the server's certificate is not trusted: set queue\\.redis_tls\\.ca_file",
+      ),
+    );
+    expect(r.stderr + r.stdout).not.toMatch(/max retries/i);
+    expect(r.stderr + r.stdout).not.toContain(PASSWORD);
+    expect(elapsed).toBeLessThan(10_000);
+  });
+
+  it('exits 1 at start-up on a wrong password over TLS, naming the rejected credentials and never the password', async () => {
+    const wrong = cluster.url.replace(`:${PASSWORD}@`, `:${WRONG}@`);
+    expect(wrong).not.toBe(cluster.url);
+    const r = await runCli(['--config', config('tlsc-wrongpw', wrong, CLIENT), 'poll'], { timeoutMs: 15_000 });
+    expect(r.code, r.stderr.replaceAll(WRONG, '***')).toBe(1);
+    expect(r.stderr.replaceAll(WRONG, '***')).toMatch(
+      new RegExp(`queue\\.redis_url: Redis at ${redactedUrlPattern()}/? rejected the credentials \\(WRONGPASS`),
+    );
+    expect(r.stderr + r.stdout).not.toContain(WRONG);
+    expect(r.stderr + r.stdout).not.toContain(PASSWORD);
+  });
+});
