@@ -124,7 +124,13 @@ function queueFiles(
   dir: string,
   issues: ConfigIssue[],
 ): Record<string, unknown> {
-  const out = readSecretFile(queue, 'redis_url', 'queue', dir, issues);
+  const out = readSecretFile(
+    readSecretFile(queue, 'redis_url', 'queue', dir, issues),
+    'redis_sentinel_password',
+    'queue',
+    dir,
+    issues,
+  );
   if (!isRecord(out.redis_tls)) return out;
   return { ...out, redis_tls: pemFiles(out.redis_tls, joinPath('queue', 'redis_tls'), dir, issues) };
 }
@@ -207,7 +213,7 @@ function readSecretFile(
 // --- zod issues → messages that name the key path ---------------------------------------------
 
 type Issue = z.core.$ZodIssue;
-const SECRET_KEYS = new Set(['password', 'secret', 'redis_url']);
+const SECRET_KEYS = new Set(['password', 'secret', 'redis_url', 'redis_sentinel_password']);
 
 function describeIssues(issues: readonly Issue[], input: unknown): ConfigIssue[] {
   return issues.flatMap((issue): ConfigIssue[] => {

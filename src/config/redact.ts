@@ -17,6 +17,7 @@ export function redactConfig(config: FeedsyncConfig): unknown {
     if (source.proxy !== undefined) source.proxy = redactUrlPassword(source.proxy);
   }
   if (copy.queue.redis_url !== undefined) copy.queue.redis_url = redactUrlPassword(copy.queue.redis_url);
+  if (copy.queue.redis_sentinel_password !== undefined) copy.queue.redis_sentinel_password = REDACTED;
   for (const sink of copy.sinks) {
     if (sink.type === 'webhook') {
       if (sink.secret !== undefined) sink.secret = REDACTED;
@@ -38,6 +39,7 @@ export function collectSecrets(config: FeedsyncConfig): string[] {
     if (source.proxy !== undefined) urlPasswords(source.proxy).forEach((p) => found.add(p));
   }
   if (config.queue.redis_url !== undefined) urlPasswords(config.queue.redis_url).forEach((p) => found.add(p));
+  if (config.queue.redis_sentinel_password !== undefined) found.add(config.queue.redis_sentinel_password);
   for (const sink of config.sinks) {
     if (sink.type === 'webhook') {
       if (sink.secret !== undefined) found.add(sink.secret);

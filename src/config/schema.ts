@@ -119,6 +119,7 @@ const queueSchema = z
   .strictObject({
     driver: z.enum(['local', 'bullmq']).default('local'),
     redis_url: redisUrl.optional(),
+    redis_sentinel_password: z.string().min(1).optional(),
     redis_tls: redisTlsSchema.optional(),
     prefix: nonEmpty.default('feedsync'),
     attempts: atLeastOne.default(10),
@@ -138,13 +139,29 @@ const queueSchema = z
     if (queue.driver === 'bullmq' && queue.redis_url === undefined) {
       ctx.addIssue({ code: 'custom', path: ['redis_url'], message: 'required when queue.driver is bullmq' });
     }
+    if (
+      queue.redis_sentinel_password !== undefined &&
+      queue.redis_url !== undefined &&
+      multiHostKind(queue.redis_url) !== 'sentinel'
+    ) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['redis_sentinel_password'],
+        message: 'only with a redis+sentinel:// queue.redis_url',
+      });
+    }
     const tls = queue.redis_tls;
     // Silently speaking plain TCP with TLS settings present would send the password in clear.
-    if (tls && queue.redis_url !== undefined && !/^rediss(\+(sentinel|cluster))?:\/\//i.test(queue.redis_url)) {
+    if (
+      tls &&
+      queue.redis_url !== undefined &&
+      !/^rediss(\+(sentinel|cluster))?:\/\//i.test(queue.redis_url)
+    ) {
       ctx.addIssue({
         code: 'custom',
         path: ['redis_tls'],
-        message: 'needs a rediss://, rediss+sentinel:// or rediss+cluster:// queue.redis_url (redis… is plain TCP)',
+        message:
+          'needs a rediss://, rediss+sentinel:// or rediss+cluster:// queue.redis_url (redis… is plain TCP)',
       });
     }
     if (tls && (tls.cert_file === undefined) !== (tls.key_file === undefined)) {

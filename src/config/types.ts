@@ -65,6 +65,8 @@ export interface RedisTlsConfig {
 export interface QueueConfig {
   driver: 'local' | 'bullmq';
   redis_url?: string;
+  /** bullmq behind Sentinel: the sentinels' own password (`requirepass` on the sentinels). */
+  redis_sentinel_password?: string;
   /** bullmq: TLS settings for a `rediss://` redis_url; absent, rediss:// trusts the system CAs. */
   redis_tls?: RedisTlsConfig;
   prefix: string;

@@ -35,6 +35,8 @@ export const REDACT_PATHS = [
   '*.headers.Authorization',
   'redis_url',
   '*.redis_url',
+  'redis_sentinel_password',
+  '*.redis_sentinel_password',
 ];
 
 export function createLogger(opts: LoggerOptions): Logger {

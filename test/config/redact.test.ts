@@ -35,8 +35,26 @@ describe('redaction', () => {
       raw.queue = { driver: 'bullmq', redis_url };
       const secrets = collectSecrets(validateConfig(raw, { dir: '/etc/feedsync' }));
       expect(secrets).toEqual(expect.arrayContaining(['cl%40ster-pw', 'cl@ster-pw', redis_url]));
-      expect(JSON.stringify(redactConfig(validateConfig(raw, { dir: '/etc/feedsync' })))).not.toContain('ster-pw');
+      expect(JSON.stringify(redactConfig(validateConfig(raw, { dir: '/etc/feedsync' })))).not.toContain(
+        'ster-pw',
+      );
     }
+  });
+
+  it("redacts and collects the sentinels' own password; it goes only with a Sentinel URL", () => {
+    const raw = minimalRaw();
+    raw.queue = {
+      driver: 'bullmq',
+      redis_url: 'redis+sentinel://s1:26379/main',
+      redis_sentinel_password: 'sentinel-only-pw',
+    };
+    const config = validateConfig(raw, { dir: '/etc/feedsync' });
+    expect(collectSecrets(config)).toContain('sentinel-only-pw');
+    expect(JSON.stringify(redactConfig(config))).not.toContain('sentinel-only-pw');
+    raw.queue.redis_url = 'redis://h:6379';
+    expect(() => validateConfig(raw, { dir: '/etc/feedsync' })).toThrow(
+      /redis_sentinel_password: only with a redis\+sentinel:\/\/ queue\.redis_url/,
+    );
   });
 
   it('leaves no secret value anywhere in the redacted copy and keeps the rest', () => {

@@ -277,7 +277,7 @@ describe('rejections name the key path', () => {
     raw.queue.redis_url = 'http://:hunter2@127.0.0.1:6379';
     const lines = problems(raw);
     expect(lines).toEqual([
-      'queue.redis_url: must be a redis:// or rediss:// URL, or redis+sentinel://[user:password@]host:port[,host:port…]/<master name>',
+      'queue.redis_url: must be a redis:// or rediss:// URL, or redis+sentinel://[user:password@]host:port[,host:port…]/<master name>[/<db>] or redis+cluster://[user:password@]host:port[,host:port…] (rediss+… for TLS)',
     ]);
     raw.queue.redis_url = 'rediss://:hunter2@127.0.0.1:6379/0';
     expect(validate(raw).queue).toMatchObject({

@@ -27,6 +27,8 @@ import {
 const BACKLOG = Number(process.env.RB_BACKLOG ?? 1500);
 // The primary and replica require it; it must never show in any output.
 const PASSWORD = 'sentinel-test-s3cret';
+// The sentinels require their own password (queue.redis_sentinel_password); never logged either.
+const SENTINEL_PASSWORD = 'sentinels-own-pw';
 const SHUTDOWN_MS = 5000;
 const seed = testSeed();
 const note = seedNote(seed);
@@ -37,7 +39,7 @@ describe(`bullmq: sentinel failover mid-drain ${note}`, () => {
   const dir = tempDir('feedsync-rb-sentinel-');
 
   beforeAll(async () => {
-    set = await startSentinelSet({ password: PASSWORD });
+    set = await startSentinelSet({ password: PASSWORD, sentinelPassword: SENTINEL_PASSWORD });
     sandbox = await startSandbox({ seed, backlog: BACKLOG });
   }, 30_000);
   afterAll(async () => {
@@ -49,6 +51,7 @@ describe(`bullmq: sentinel failover mid-drain ${note}`, () => {
   it('follows the promoted replica and loses nothing', { timeout: 150_000 }, async () => {
     const raw = bullmqConfig(sandbox, dir, set.url, {
       shutdownTimeoutMs: SHUTDOWN_MS,
+      queue: { redis_sentinel_password: SENTINEL_PASSWORD },
       sinks: [{ name: 'file', type: 'jsonl', path: './changes-${WORKER_ID}.jsonl' }],
     });
     const configPath = writeConfig(dir, raw);
@@ -118,7 +121,10 @@ describe(`bullmq: sentinel failover mid-drain ${note}`, () => {
       2 * failoverMs + 1_000,
     );
     for (const p of procs) expect(p.exit, `process ${p.pid} still running ${note}`).toBeUndefined();
-    for (const p of procs) expect(p.text(), `the password is never logged ${note}`).not.toContain(PASSWORD);
+    for (const p of procs) {
+      expect(p.text(), `the password is never logged ${note}`).not.toContain(PASSWORD);
+      expect(p.text(), `nor the sentinels' ${note}`).not.toContain(SENTINEL_PASSWORD);
+    }
     const exits = await stopGracefully(procs, SHUTDOWN_MS);
     for (const exit of exits) expect(exit, `graceful stop ${note}`).toMatchObject({ code: 0, signal: null });
   });

@@ -390,7 +390,8 @@ export async function startRedisCluster(opts: StartRedisClusterOptions = {}): Pr
           dst.disconnect();
         }
         await until(`every node names ${toPort} as the owner of slot ${slot}`, 20_000, async () => {
-          for (const port of alive()) if ((await slotOwnerBySlots(port, access, slot)) !== toPort) return false;
+          for (const port of alive())
+            if ((await slotOwnerBySlots(port, access, slot)) !== toPort) return false;
           return true;
         });
         return { slot, from: source.port, to: toPort, keys: moved };

@@ -33,9 +33,15 @@ export interface SentinelSet {
 
 const BIN = '/usr/bin/redis-server';
 
-/** password: the primary and replica require it (requirepass, masterauth); the sentinels do not. */
-export async function startSentinelSet(opts: { password?: string } = {}): Promise<SentinelSet> {
+/**
+ * password: the primary and replica require it (requirepass, masterauth). sentinelPassword: the
+ * sentinels require it too (requirepass, and sentinel-pass to reach each other).
+ */
+export async function startSentinelSet(
+  opts: { password?: string; sentinelPassword?: string } = {},
+): Promise<SentinelSet> {
   const pw = opts.password;
+  const spw = opts.sentinelPassword;
   const dir = mkdtempSync(join(tmpdir(), 'feedsync-sentinel-'));
   const children = new Map<number, ChildProcess>();
   const launched = new Map<number, string[]>();
@@ -87,16 +93,23 @@ export async function startSentinelSet(opts: { password?: string } = {}): Promis
         `sentinel down-after-milliseconds ${MASTER_NAME} ${DOWN_AFTER_MS}`,
         `sentinel failover-timeout ${MASTER_NAME} ${FAILOVER_TIMEOUT_MS}`,
         ...(pw ? [`sentinel auth-pass ${MASTER_NAME} ${pw}`] : []),
+        ...(spw ? [`requirepass ${spw}`, `sentinel sentinel-pass ${spw}`] : []),
         '',
       ].join('\n'),
     );
-    await launch(port, [conf, '--sentinel']);
+    await launch(port, [conf, '--sentinel'], spw);
     sentinelPorts.push(port);
   }
   const askSentinels = async (): Promise<number> => {
     for (const port of sentinelPorts) {
       if (!children.has(port)) continue;
-      const client = new Redis({ port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 0 });
+      const client = new Redis({
+        port,
+        host: '127.0.0.1',
+        lazyConnect: true,
+        maxRetriesPerRequest: 0,
+        ...(spw && { password: spw }),
+      });
       try {
         await client.connect();
         const reply = (await client.call('SENTINEL', 'get-master-addr-by-name', MASTER_NAME)) as string[];
@@ -112,7 +125,7 @@ export async function startSentinelSet(opts: { password?: string } = {}): Promis
   // The sentinels must know the replica (and each other) before a failover can happen.
   const deadline = Date.now() + 15_000;
   for (;;) {
-    const client = new Redis({ port: sentinelPorts[0], host: '127.0.0.1' });
+    const client = new Redis({ port: sentinelPorts[0], host: '127.0.0.1', ...(spw && { password: spw }) });
     const replicas = (await client.call('SENTINEL', 'replicas', MASTER_NAME)) as unknown[];
     const sentinels = (await client.call('SENTINEL', 'sentinels', MASTER_NAME)) as unknown[];
     client.disconnect();

@@ -103,6 +103,8 @@ export interface RedisEndpoint {
   url: string;
   /** node:tls options from queue.redis_tls (ioredis' `tls`); absent: rediss:// alone, system CAs. */
   tls?: ConnectionOptions;
+  /** queue.redis_sentinel_password: the sentinels' own password. */
+  sentinelPassword?: string;
   /** Shared by all connections of the process (set by the driver; else one per connection). */
   monitor?: RedisMonitor;
   /**
@@ -114,16 +116,23 @@ export interface RedisEndpoint {
 
 // One endpoint per loaded queue config: its TLS files are read once, and the connections the
 // producer, admin and delivery make from the same config share the driver's monitor.
-const endpoints = new WeakMap<Pick<QueueConfig, 'redis_url' | 'redis_tls'>, RedisEndpoint>();
+type EndpointConfig = Pick<QueueConfig, 'redis_url' | 'redis_tls' | 'redis_sentinel_password'>;
+const endpoints = new WeakMap<EndpointConfig, RedisEndpoint>();
 
 /** The endpoint of `config` (built, TLS files read and checked, on first use). */
-export function redisEndpoint(config: Pick<QueueConfig, 'redis_url' | 'redis_tls'>): RedisEndpoint {
+export function redisEndpoint(config: EndpointConfig): RedisEndpoint {
   let endpoint = endpoints.get(config);
   if (!endpoint) {
     const url = requireRedisUrl(config);
     checkRedisUrl(url);
     const tls = redisTlsOptions(config.redis_tls);
-    endpoint = tls ? { url, tls } : { url };
+    endpoint = {
+      url,
+      ...(tls && { tls }),
+      ...(config.redis_sentinel_password !== undefined && {
+        sentinelPassword: config.redis_sentinel_password,
+      }),
+    };
     endpoints.set(config, endpoint);
   }
   return endpoint;
@@ -134,7 +143,7 @@ export function redisEndpoint(config: Pick<QueueConfig, 'redis_url' | 'redis_tls
  * and logged through one rate limit, whichever connection sees them. Called once by the driver.
  */
 export function openRedisEndpoint(
-  config: Pick<QueueConfig, 'redis_url' | 'redis_tls'>,
+  config: EndpointConfig,
   opts: { logger: Logger; events?: PipelineEvents },
 ): RedisEndpoint {
   const endpoint = redisEndpoint(config);
@@ -201,6 +210,7 @@ function sentinelOptions(endpoint: RedisEndpoint): RedisOptions {
     failoverDetector: true,
     ...(tls && { tls, sentinelTLS: tls, enableTLSForSentinelMode: true }),
     ...(parsed.db !== undefined && { db: parsed.db }),
+    ...(endpoint.sentinelPassword !== undefined && { sentinelPassword: endpoint.sentinelPassword }),
     ...(parsed.username !== undefined && { username: parsed.username }),
     ...(parsed.password !== undefined && { password: parsed.password }),
   };
