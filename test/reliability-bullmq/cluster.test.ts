@@ -1,11 +1,11 @@
-// Redis Cluster: 3 primaries with a replica each (Debian's redis-server, cluster mode), feedsync
+// Redis Cluster: 3 primaries with two replicas each (Debian's redis-server, cluster mode), feedsync
 // through queue.redis_url in redis+cluster:// form. Each source's keys and queues carry the
 // source's own hash tag, so the two sources live on different primaries. Mid-drain, under live
 // traffic, the slot of one source is migrated online to another primary, then the primary of the
 // other source is killed (SIGKILL) and its replica promoted. Reported: lost, copies, stall,
 // readiness. Nothing may be lost; the migration writes nothing twice (a commit that meets MOVED
 // is refused whole and retried); the failover may repeat only deliveries whose progress the dead
-// primary had not yet replicated.
+// primary had not yet replicated. Every commit waits for one replica (queue.min_replicas_acked).
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -51,7 +51,10 @@ describe(`bullmq: redis cluster, slot migration and failover mid-drain ${note}`,
   const dir = tempDir('feedsync-rb-cluster-');
 
   beforeAll(async () => {
-    cluster = await startRedisCluster({ password: PASSWORD, nodeTimeoutMs: 1000 });
+    // Two replicas per primary: after the failover the promoted one still has a replica, so
+    // commits keep being acknowledged by one (queue.min_replicas_acked: 1, WAIT on each source's
+    // primary).
+    cluster = await startRedisCluster({ password: PASSWORD, nodeTimeoutMs: 1000, replicasPerPrimary: 2 });
     sandbox = await startSandbox({ seed, backlog: BACKLOG });
   }, 60_000);
   afterAll(async () => {
@@ -67,7 +70,7 @@ describe(`bullmq: redis cluster, slot migration and failover mid-drain ${note}`,
       const prefix = await spreadPrefix(cluster);
       const raw = bullmqConfig(sandbox, dir, cluster.url, {
         shutdownTimeoutMs: SHUTDOWN_MS,
-        queue: { prefix, shards: 2 },
+        queue: { prefix, shards: 2, min_replicas_acked: 1 },
         sinks: [{ name: 'file', type: 'jsonl', path: './changes-${WORKER_ID}.jsonl' }],
       });
       const configPath = writeConfig(dir, raw);
