@@ -170,7 +170,9 @@ describe('queue.redis_tls configuration', () => {
   it('refuses TLS settings with a redis:// URL, a certificate without its key, and unreadable files', () => {
     expect(() =>
       validateConfig(withTls({ ca_file: 'ca.pem' }, 'redis://127.0.0.1:1'), { dir: pki.dir }),
-    ).toThrow(/queue\.redis_tls: needs a rediss:\/\/ queue\.redis_url/);
+    ).toThrow(
+      /queue\.redis_tls: needs a rediss:\/\/, rediss\+sentinel:\/\/ or rediss\+cluster:\/\/ queue\.redis_url/,
+    );
     expect(() => validateConfig(withTls({ cert_file: 'client.pem' }), { dir: pki.dir })).toThrow(
       /queue\.redis_tls\.key_file: cert_file and key_file go together/,
     );

@@ -45,7 +45,7 @@ import type { DeliveryRunner, SinkRuntime } from '../queue.js';
 import { buryFailedSlice, buryFailedSlices, openDeadQueue, type DeadChange } from './dead-letters.js';
 import { settledWithin } from './hand-back.js';
 import { assertSinkName, KeySpace, shardIndexes, shardQueueName } from './names.js';
-import { closeRedis, createRedisConnection, redisEndpoint } from './redis.js';
+import { closeRedis, createRedisConnection, redisEndpoint, whenReady } from './redis.js';
 import { warnRedisFailure } from './redis-monitor.js';
 import { Semaphore, SemaphoreClosedError } from '../../semaphore.js';
 import { defaultOwner } from './lease.js';
@@ -174,6 +174,8 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
   async function startWorkers(): Promise<void> {
     connection = createRedisConnection(redisEndpoint(config), 'worker', opts.logger);
     leaseConnection = createRedisConnection(redisEndpoint(config), 'lock', opts.logger);
+    // It has no offline queue: a shard lease asked before it is ready fails (and warns) for nothing.
+    await whenReady(leaseConnection, 5_000);
     shardLeases = new ShardLeases({
       connection: leaseConnection,
       prefix: config.prefix,

@@ -11,7 +11,7 @@ import { sleep } from '../../backoff.js';
 import { FeedsyncError, errorMessage } from '../../core/errors.js';
 import type { HeldLease, SourceLeases } from '../driver.js';
 import { leaseKey, leaseTokenKey, pollersKey, type Keys } from './names.js';
-import { closeRedis, createRedisConnection, type RedisEndpoint } from './redis.js';
+import { closeRedis, createRedisConnection, whenReady, type RedisEndpoint } from './redis.js';
 import { warnRedisFailure } from './redis-monitor.js';
 import { ACQUIRE, ownerOf, RELEASE, RENEW } from './lease-scripts.js';
 import { handOverCandidate, Replicas } from './replicas.js';
@@ -287,19 +287,6 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
     held: () => [...held].filter(([, h]) => !h.lost.signal.aborted).map(([s]) => s),
     close,
   };
-}
-
-function whenReady(client: Redis, timeoutMs: number): Promise<void> {
-  if (client.status === 'ready') return Promise.resolve();
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      client.off('ready', done);
-      resolve();
-    };
-    const timer = setTimeout(done, timeoutMs);
-    client.once('ready', done);
-  });
 }
 
 /** Who holds `source`'s lease, without joining the pollers (for `cursor` refusals and `status`). */

@@ -40,7 +40,7 @@ import {
   type PlannedSlice,
 } from './page-commit.js';
 import { readLagging } from './positions-admin.js';
-import { closeRedis, createRedisConnection, redisEndpoint } from './redis.js';
+import { closeRedis, createRedisConnection, redisEndpoint, whenReady } from './redis.js';
 import { sliceJobId, sliceJobOptions, type ChangeSlice } from './slice.js';
 
 export interface BullmqProducerOptions {
@@ -166,6 +166,25 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     };
   });
 
+  /**
+   * Both connections ready, then every queue opened, once: they have no offline queue, and BullMQ
+   * keeps a queue whose first command (its version check) was refused broken for good.
+   */
+  let opening: Promise<void> | undefined;
+  function queuesOpen(): Promise<void> {
+    opening ??= Promise.all([
+      whenReady(connection, addTimeoutMs),
+      whenReady(commitConnection, addTimeoutMs),
+    ]).then((ready) => {
+      if (!ready.every(Boolean)) {
+        opening = undefined;
+        throw noAnswer(addTimeoutMs);
+      }
+      for (const sink of sinks) for (const tag of keys.queueTags()) sink.at(tag);
+    });
+    return opening;
+  }
+
   let view: View | undefined;
   let viewInFlight: Promise<View> | undefined;
   /** Changes this producer queued per sink since the view being read was asked for. */
@@ -179,6 +198,9 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
   async function commitPage(commit: PageCommit): Promise<Record<string, number>> {
     if (closed)
       throw new FeedsyncError(`bullmq producer is closed; cannot queue page of ${commit.source}`, true);
+    await queuesOpen().catch((err: unknown) => {
+      throw cannotQueue(commit.source, commit.cursor, err);
+    });
     const fence = opts.leases?.fence(commit.source);
     if (opts.leases && !fence)
       throw new LeaseFencedError(commit.source, 'this replica does not hold the lease');
@@ -307,6 +329,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
   }
 
   async function commitCatchUp(commit: CatchUpCommit): Promise<CatchUpResult> {
+    await queuesOpen();
     const fence = opts.leases?.fence(commit.source);
     if (opts.leases && !fence)
       throw new LeaseFencedError(commit.source, 'this replica does not hold the lease');
@@ -399,7 +422,8 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
 
   /** A queue's client: it waits for the first connection, as the commits do. */
   async function queueClient(): Promise<Redis> {
-    const first = sinks[0]?.at(keys.shared).queues[0];
+    await queuesOpen();
+    const first = sinks[0]?.at(keys.queueTags()[0]!).queues[0];
     return first ? ((await first.backend.client) as unknown as Redis) : connection;
   }
 

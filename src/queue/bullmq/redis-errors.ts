@@ -65,7 +65,8 @@ export function needsOperator(kind: RedisErrorKind): boolean {
 const HINTS: Record<Exclude<RedisErrorKind, 'tls' | 'other'>, string> = {
   wrongpass: 'Redis rejected the credentials: check the user and password in queue.redis_url',
   noperm: 'the Redis user lacks a permission: see docs/scaled-mode.md#redis-acl',
-  moved: 'a Redis Cluster node behind a single-server URL (name the cluster with redis+cluster://host:port,… in queue.redis_url), or a slot moving or failing over (retried)',
+  moved:
+    'a Redis Cluster node behind a single-server URL (name the cluster with redis+cluster://host:port,… in queue.redis_url), or a slot moving or failing over (retried)',
   readonly: 'connected to a replica: point queue.redis_url at the primary',
   unreachable: 'cannot reach Redis; retrying until it answers',
 };

@@ -232,7 +232,10 @@ function createCluster(endpoint: RedisEndpoint, role: RedisRole, node: RedisOpti
   const options: ClusterOptions = {
     scaleReads: 'master',
     ...(enableOfflineQueue !== undefined && { enableOfflineQueue }),
+    // Its ready check (CLUSTER INFO) is itself refused while a node connection is still
+    // handshaking when there is no offline queue, and a refused check drops every connection.
     ...(enableReadyCheck !== undefined && { enableReadyCheck }),
+    ...(enableOfflineQueue === false && { enableReadyCheck: false }),
     ...(role === 'producer' && { maxRedirections: 0, slotsRefreshInterval: 1_000 }),
     // Certificates name the nodes as the cluster announces them: verify against that name, not
     // against an address a DNS lookup made of it (ioredis' advice for TLS clusters).
@@ -280,6 +283,24 @@ export async function onEveryPrimary<T>(client: Redis, fn: (node: Redis) => Prom
       cluster.once('end', () => reject(new Error('redis cluster connection ended')));
     });
   return Promise.all(cluster.nodes('master').map(fn));
+}
+
+/**
+ * Resolves once `client` is ready, or after `timeoutMs` whatever its state. Connections without an
+ * offline queue (producer, lock) reject commands sent before that, and BullMQ keeps a queue whose
+ * first command (its version check) was rejected broken for good: wait before first use.
+ */
+export function whenReady(client: Redis, timeoutMs: number): Promise<boolean> {
+  if (client.status === 'ready') return Promise.resolve(true);
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      client.off('ready', done);
+      resolve(client.status === 'ready');
+    };
+    const timer = setTimeout(done, timeoutMs);
+    client.once('ready', done);
+  });
 }
 
 /** Close a connection without waiting on a dead server: QUIT when connected, else disconnect. */
