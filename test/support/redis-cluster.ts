@@ -46,6 +46,10 @@ export interface RedisClusterSet {
   nodes(): Promise<ClusterNode[]>;
   /** Port of the primary that owns the hash slot of `key` now. */
   ownerOf(key: string): Promise<number>;
+  /** Ports of the live replicas of the primary that owns `key`'s slot now. */
+  replicasOf(key: string): Promise<number[]>;
+  /** Send `signal` to the node on `port` (SIGSTOP / SIGCONT to freeze and thaw it). */
+  signal(port: number, signal: NodeJS.Signals): void;
   /**
    * Move the hash slot of `key` (all its keys, with MIGRATE … KEYS in batches, CLUSTER SETSLOT
    * IMPORTING/MIGRATING/NODE on both and then on all primaries) to the primary on `toPort`, while
@@ -343,6 +347,18 @@ export async function startRedisCluster(opts: StartRedisClusterOptions = {}): Pr
           .map((l) => ({ port: l.port, id: l.id, role: l.flags.includes('master') ? 'master' : 'replica' }));
       },
       ownerOf,
+      async replicasOf(key) {
+        const lines = await view();
+        const owner = ownerLine(lines, await slotOf(key));
+        return lines
+          .filter((l) => l.master === owner.id && !l.flags.includes('fail') && children.has(l.port))
+          .map((l) => l.port);
+      },
+      signal(port, signal) {
+        const child = children.get(port);
+        if (!child) throw new Error(`signal: ${port} is not one of this cluster's live nodes`);
+        child.kill(signal);
+      },
       async migrateSlotOf(key, toPort) {
         const slot = await slotOf(key);
         const lines = await view();
