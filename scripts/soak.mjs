@@ -20,7 +20,10 @@ const vitest = join(root, 'node_modules/vitest/vitest.mjs');
 // redis-server and the rest, as `npm test` (its pretest) installs them.
 const deps = spawnSync('bash', [join(root, 'scripts/ensure-test-deps.sh')], { cwd: root, stdio: 'inherit' });
 if (deps.status !== 0) process.exit(deps.status ?? 1);
-const all = (process.env.SOAK_SCENARIOS ?? 'local,bullmq').split(',').map((x) => x.trim()).filter(Boolean);
+const all = (process.env.SOAK_SCENARIOS ?? 'local,bullmq')
+  .split(',')
+  .map((x) => x.trim())
+  .filter(Boolean);
 const TOPOLOGY = {
   cluster: 'test/reliability-bullmq/cluster.test.ts',
   sentinel: 'test/reliability-bullmq/sentinel-failover.test.ts',

@@ -440,6 +440,29 @@ describe('helm chart: Redis topologies, TLS and durability', () => {
     }
   });
 
+  it("stores the sentinels' own password in the Secret and points queue.redis_sentinel_password_file at it", () => {
+    const values = base({
+      sentinel: { masterName: 'mymaster', password: 'LEAKCHECK-sentinel', sentinels: ['sentinel-a:26379'] },
+    });
+    const objects = chart.render(['-f', chart.valuesFile('sentinel-pw.yaml', values)]);
+    assertCommonInvariants(objects);
+    assertNoRedisPassword(objects);
+    expect(secretData(objects)['redis-sentinel-password']).toBe('LEAKCHECK-sentinel');
+    const { config } = renderedConfig(objects);
+    expect(config.queue.redis_sentinel_password_file).toBe(`${SECRETS_DIR}redis-sentinel-password`);
+    for (const w of [workloadRunning(objects, 'poll'), workloadRunning(objects, 'work')])
+      expect(projectedFiles(w)).toContain('redis-sentinel-password');
+    const alone = chart.valuesFile(
+      'sentinel-pw-alone.yaml',
+      base({ url: 'redis://h:6379', sentinel: { password: 'x' } }),
+    );
+    const template = chart.helm(['template', 'fs', chart.chartDir, '-f', alone]);
+    expect(template.code).not.toBe(0);
+    expect(template.stderr).toMatch(
+      /redis\.sentinel\.password is set but redis\.sentinel\.sentinels is empty/,
+    );
+  });
+
   describe('Redis Cluster over TLS with a private CA and a client certificate', () => {
     const values = () =>
       base({

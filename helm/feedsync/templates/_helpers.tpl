@@ -163,6 +163,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and $sentinel (not $r.sentinel.masterName) -}}
 {{- fail "redis.sentinel.sentinels needs redis.sentinel.masterName (the name the sentinels monitor)" -}}
 {{- end -}}
+{{- if and $r.sentinel.password (not $sentinel) -}}
+{{- fail "redis.sentinel.password is set but redis.sentinel.sentinels is empty" -}}
+{{- end -}}
 {{- if and $r.sentinel.masterName (not $sentinel) -}}
 {{- fail "redis.sentinel.masterName is set but redis.sentinel.sentinels is empty" -}}
 {{- end -}}
@@ -209,6 +212,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if eq $tls.rejectUnauthorized false -}}{{- $_ := set $redisTls "reject_unauthorized" false -}}{{- end -}}
 {{- if $redisTls -}}{{- $_ := set $queue "redis_tls" $redisTls -}}{{- end -}}
 {{- end -}}
+{{- if .Values.redis.sentinel.password -}}
+{{- $_ := set $queue "redis_sentinel_password_file" (printf "%s/redis-sentinel-password" (include "feedsync.secretsDir" .)) -}}
+{{- end -}}
 {{- with .Values.redis.minReplicasAcked -}}
 {{- $_ := set $queue "min_replicas_acked" (int .) -}}
 {{- end -}}
@@ -242,6 +248,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- if include "feedsync.redisManagedByChart" . -}}
 {{- $items = append $items (dict "key" "redis-url" "path" "redis-url") -}}
+{{- if .Values.redis.sentinel.password -}}
+{{- $items = append $items (dict "key" "redis-sentinel-password" "path" "redis-sentinel-password") -}}
+{{- end -}}
 {{- end -}}
 {{- $sources = append $sources (dict "secret" (dict "name" (include "feedsync.fullname" .) "items" $items)) -}}
 {{- end -}}
