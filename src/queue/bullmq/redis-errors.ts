@@ -44,8 +44,15 @@ export function classifyRedisError(err: unknown): RedisErrorKind {
     const first = classifyRedisError(previous[0]);
     if (first !== 'other') return first;
   }
+  // A cluster client that cannot read a slot map says so, with the node's own error attached.
+  const lastNode = (err as { lastNodeError?: unknown } | null | undefined)?.lastNodeError;
+  if (lastNode) {
+    const kind = classifyRedisError(lastNode);
+    if (kind !== 'other') return kind;
+  }
   const message = errorMessage(err);
   const code = codeOf(err);
+  if (/Failed to refresh slots cache/i.test(message)) return 'unreachable';
   if (WRONGPASS.test(message)) return 'wrongpass';
   if (NOPERM.test(message)) return 'noperm';
   if (MOVED.test(message)) return 'moved';

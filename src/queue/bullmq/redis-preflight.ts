@@ -161,7 +161,8 @@ export async function redisAllowsInfo(target: RedisTarget, logger: Logger): Prom
       );
       return false;
     }
-  });
+    // Not reaching it (a cluster without a slot map yet) says nothing either.
+  }).catch(() => true);
 }
 
 /**
@@ -227,6 +228,10 @@ export async function checkRedisPolicy(target: RedisTarget, logger: Logger): Pro
   return withClient(target, logger, async (client) => {
     const policies = await onEveryPrimary(client, (node) => readPolicy(node, logger));
     return policies.find((p) => p !== 'noeviction') ?? policies[0];
+  }).catch((err: unknown) => {
+    // Unreachable: nothing to warn about yet; /readyz reports Redis meanwhile.
+    logger.debug({ err: errorMessage(err) }, 'cannot read redis maxmemory-policy');
+    return undefined;
   });
 }
 

@@ -276,13 +276,12 @@ export function nodeForKey(client: Redis, key: string): Redis {
 /** `fn` on every primary (one answer when not a cluster): checks of the server, not of a key. */
 export async function onEveryPrimary<T>(client: Redis, fn: (node: Redis) => Promise<T>): Promise<T[]> {
   if (!isCluster(client)) return [await fn(client)];
-  const cluster = client as unknown as Cluster;
-  if (cluster.status !== 'ready')
-    await new Promise<void>((resolve, reject) => {
-      cluster.once('ready', resolve);
-      cluster.once('end', () => reject(new Error('redis cluster connection ended')));
-    });
-  return Promise.all(cluster.nodes('master').map(fn));
+  if (!(await whenReady(client, ONE_OFF_READY_MS)))
+    throw new FeedsyncError(
+      `cannot reach the Redis Cluster (no slot map within ${ONE_OFF_READY_MS} ms)`,
+      true,
+    );
+  return Promise.all((client as unknown as Cluster).nodes('master').map(fn));
 }
 
 /**
@@ -341,11 +340,20 @@ export async function withClient<T>(
   if (isRedisClient(target)) return fn(target);
   const client = createRedisConnection(target, 'admin', logger);
   try {
+    // A cluster client holds its commands until it has a slot map, for ever when no node answers:
+    // a one-off caller gets an error instead, as it would from a single server that is down.
+    if (isCluster(client) && !(await whenReady(client, ONE_OFF_READY_MS)))
+      throw new FeedsyncError(
+        `cannot reach the Redis Cluster at ${redactRedisUrl(typeof target === 'string' ? target : target.url)} (no slot map within ${ONE_OFF_READY_MS} ms)`,
+        true,
+      );
     return await fn(client);
   } finally {
     await closeRedis(client);
   }
 }
+
+const ONE_OFF_READY_MS = 5_000;
 
 /** PING with a deadline: true when Redis answered PONG (for /readyz). */
 export async function pingRedis(target: RedisTarget, logger: Logger, timeoutMs = 2_000): Promise<boolean> {
