@@ -440,6 +440,19 @@ describe('helm chart: Redis topologies, TLS and durability', () => {
     }
   });
 
+  it('builds rediss+sentinel:// with redis.tls and mounts the CA', () => {
+    const values = base({
+      sentinel: { masterName: 'mymaster', sentinels: ['sentinel-a:26379'] },
+      tls: { enabled: true, existingSecret: 'redis-tls' },
+    });
+    const objects = chart.render(['-f', chart.valuesFile('sentinel-tls.yaml', values)]);
+    assertCommonInvariants(objects);
+    expect(secretData(objects)['redis-url']).toBe('rediss+sentinel://sentinel-a:26379/mymaster');
+    expect(renderedConfig(objects).config.queue.redis_tls).toMatchObject({
+      ca_file: expect.stringMatching(/ca\.crt$/),
+    });
+  });
+
   it("stores the sentinels' own password in the Secret and points queue.redis_sentinel_password_file at it", () => {
     const values = base({
       sentinel: { masterName: 'mymaster', password: 'LEAKCHECK-sentinel', sentinels: ['sentinel-a:26379'] },
@@ -1026,16 +1039,7 @@ describe('helm chart: bad values fail', () => {
     [
       'redis.tls with a plain redis:// URL',
       { mode: 'scaled', redis: { url: REDIS_URL, tls: { enabled: true } } },
-      /redis\.tls\.enabled needs a rediss:\/\/ \(or rediss\+cluster:\/\/\) redis\.url, but it starts with redis:\/\//,
-      'template',
-    ],
-    [
-      'redis.tls with Sentinel',
-      {
-        mode: 'scaled',
-        redis: { sentinel: { masterName: 'm', sentinels: ['s:26379'] }, tls: { enabled: true } },
-      },
-      /TLS with Sentinel/,
+      /redis\.tls\.enabled needs a rediss:\/\/ \(or rediss\+cluster:\/\/, rediss\+sentinel:\/\/\) redis\.url, but it starts with redis:\/\//,
       'template',
     ],
     [

@@ -2,10 +2,11 @@
 // (redis-server, REPLICAOF) and three sentinels (`redis-server <conf> --sentinel`, quorum 2,
 // down-after 1 s, failover-timeout 5 s), each on a free port, in one temp dir.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { ConnectionOptions } from 'node:tls';
 import { Redis } from 'ioredis';
 
 export const MASTER_NAME = 'feedsync-test';
@@ -26,22 +27,48 @@ export interface SentinelSet {
    * comes back as a lone primary until the sentinels turn it into a replica of the new one.
    */
   restart(port: number): Promise<void>;
-  /** ROLE of the node on `port`: 'master' or 'slave'. */
+  /** ROLE of the node on `port`: 'master' or 'slave' ('unknown' when it does not answer). */
   roleOf(port: number): Promise<string>;
   stop(): Promise<void>;
 }
 
 const BIN = '/usr/bin/redis-server';
+// The client TLS options of the set being started (one set at a time per test file).
+let tlsOptions: ConnectionOptions | undefined;
 
 /**
  * password: the primary and replica require it (requirepass, masterauth). sentinelPassword: the
  * sentinels require it too (requirepass, and sentinel-pass to reach each other).
  */
 export async function startSentinelSet(
-  opts: { password?: string; sentinelPassword?: string } = {},
+  opts: {
+    password?: string;
+    sentinelPassword?: string;
+    /** TLS only, on every node and sentinel (replication and sentinel links too); no client certificates asked. */
+    tls?: { certFile: string; keyFile: string; caFile: string };
+  } = {},
 ): Promise<SentinelSet> {
   const pw = opts.password;
   const spw = opts.sentinelPassword;
+  const tls = opts.tls;
+  tlsOptions = tls && { ca: readFileSync(tls.caFile), servername: '127.0.0.1' };
+  const tlsFiles = tls
+    ? ['tls-cert-file', tls.certFile, 'tls-key-file', tls.keyFile, 'tls-ca-cert-file', tls.caFile]
+    : [];
+  const listen = (port: number): string[] =>
+    tls
+      ? [
+          '--port',
+          '0',
+          '--tls-port',
+          String(port),
+          '--tls-replication',
+          'yes',
+          '--tls-auth-clients',
+          'no',
+          ...tlsFiles.map((x, i) => (i % 2 === 0 ? `--${x}` : x)),
+        ]
+      : ['--port', String(port)];
   const dir = mkdtempSync(join(tmpdir(), 'feedsync-sentinel-'));
   const children = new Map<number, ChildProcess>();
   const launched = new Map<number, string[]>();
@@ -59,18 +86,8 @@ export async function startSentinelSet(
     mkdtempSafe(sub);
     // An hourly snapshot point: `poll`'s persistence check is content, nothing is written meanwhile.
     return [
-      ...[
-        '--port',
-        String(port),
-        '--bind',
-        '127.0.0.1',
-        '--dir',
-        sub,
-        '--save',
-        '3600 1',
-        '--appendonly',
-        'no',
-      ],
+      ...listen(port),
+      ...['--bind', '127.0.0.1', '--dir', sub, '--save', '3600 1', '--appendonly', 'no'],
       ...(pw ? ['--requirepass', pw, '--masterauth', pw] : []),
     ];
   };
@@ -86,7 +103,15 @@ export async function startSentinelSet(
     writeFileSync(
       conf,
       [
-        `port ${port}`,
+        ...(tls
+          ? [
+              'port 0',
+              `tls-port ${port}`,
+              'tls-replication yes',
+              'tls-auth-clients no',
+              ...[0, 2, 4].map((i) => `${tlsFiles[i]} ${tlsFiles[i + 1]}`),
+            ]
+          : [`port ${port}`]),
         'bind 127.0.0.1',
         `dir ${dir}`,
         `sentinel monitor ${MASTER_NAME} 127.0.0.1 ${primaryPort} 2`,
@@ -106,6 +131,7 @@ export async function startSentinelSet(
       const client = new Redis({
         port,
         host: '127.0.0.1',
+        ...(tlsOptions && { tls: tlsOptions }),
         lazyConnect: true,
         maxRetriesPerRequest: 0,
         ...(spw && { password: spw }),
@@ -125,7 +151,12 @@ export async function startSentinelSet(
   // The sentinels must know the replica (and each other) before a failover can happen.
   const deadline = Date.now() + 15_000;
   for (;;) {
-    const client = new Redis({ port: sentinelPorts[0], host: '127.0.0.1', ...(spw && { password: spw }) });
+    const client = new Redis({
+      port: sentinelPorts[0],
+      host: '127.0.0.1',
+      ...(tlsOptions && { tls: tlsOptions }),
+      ...(spw && { password: spw }),
+    });
     const replicas = (await client.call('SENTINEL', 'replicas', MASTER_NAME)) as unknown[];
     const sentinels = (await client.call('SENTINEL', 'sentinels', MASTER_NAME)) as unknown[];
     client.disconnect();
@@ -134,7 +165,7 @@ export async function startSentinelSet(
     await new Promise((r) => setTimeout(r, 100));
   }
   return {
-    url: `redis+sentinel://${pw ? `:${encodeURIComponent(pw)}@` : ''}${sentinelPorts.map((p) => `127.0.0.1:${p}`).join(',')}/${MASTER_NAME}`,
+    url: `${tls ? 'rediss' : 'redis'}+sentinel://${pw ? `:${encodeURIComponent(pw)}@` : ''}${sentinelPorts.map((p) => `127.0.0.1:${p}`).join(',')}/${MASTER_NAME}`,
     primaryPort,
     replicaPort,
     primaryNow: askSentinels,
@@ -151,11 +182,17 @@ export async function startSentinelSet(
       const client = new Redis({
         port,
         host: '127.0.0.1',
+        ...(tlsOptions && { tls: tlsOptions }),
         maxRetriesPerRequest: 0,
+        retryStrategy: () => null,
         ...(pw && { password: pw }),
       });
+      // A node being restarted or reconfigured may drop the connection: that is "unknown yet".
+      client.on('error', () => undefined);
       try {
         return String(((await client.role()) as unknown[])[0]);
+      } catch {
+        return 'unknown';
       } finally {
         client.disconnect();
       }
@@ -175,7 +212,12 @@ function mkdtempSafe(path: string): void {
 }
 
 async function waitOnline(primaryPort: number, password?: string): Promise<void> {
-  const client = new Redis({ port: primaryPort, host: '127.0.0.1', ...(password && { password }) });
+  const client = new Redis({
+    port: primaryPort,
+    host: '127.0.0.1',
+    ...(tlsOptions && { tls: tlsOptions }),
+    ...(password && { password }),
+  });
   try {
     const deadline = Date.now() + 10_000;
     while (!/^slave0:.*state=online/m.test(await client.info('replication'))) {
@@ -193,6 +235,7 @@ async function waitPing(port: number, password?: string): Promise<void> {
     const client = new Redis({
       port,
       host: '127.0.0.1',
+      ...(tlsOptions && { tls: tlsOptions }),
       lazyConnect: true,
       maxRetriesPerRequest: 0,
       retryStrategy: () => null,

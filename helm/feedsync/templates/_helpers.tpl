@@ -70,13 +70,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
 {{/* The Redis URL stored in the chart's Secret: redis.url as given, or built from
-     redis.sentinel / redis.cluster (rediss+cluster:// when redis.tls.enabled). */}}
+     redis.sentinel / redis.cluster (rediss+… when redis.tls.enabled). */}}
 {{- define "feedsync.redisUrl" -}}
 {{- $r := .Values.redis -}}
 {{- if $r.url -}}
 {{- $r.url -}}
 {{- else if $r.sentinel.sentinels -}}
-{{- printf "redis+sentinel://%s%s/%s" (include "feedsync.redisUserinfo" .) (join "," $r.sentinel.sentinels) (include "feedsync.urlEncode" $r.sentinel.masterName) -}}
+{{- printf "%s://%s%s/%s" (ternary "rediss+sentinel" "redis+sentinel" (eq $r.tls.enabled true)) (include "feedsync.redisUserinfo" .) (join "," $r.sentinel.sentinels) (include "feedsync.urlEncode" $r.sentinel.masterName) -}}
 {{- else if $r.cluster.nodes -}}
 {{- printf "%s://%s%s" (ternary "rediss+cluster" "redis+cluster" (eq $r.tls.enabled true)) (include "feedsync.redisUserinfo" .) (join "," $r.cluster.nodes) -}}
 {{- end -}}
@@ -177,11 +177,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- fail "redis.tls.existingSecret is set but redis.tls.enabled is false" -}}
 {{- end -}}
 {{- if $tls.enabled -}}
-{{- if $sentinel -}}
-{{- fail "redis.tls.enabled: feedsync does not support TLS with Sentinel (redis+sentinel://)" -}}
-{{- end -}}
-{{- if and $r.url (not $r.existingSecret) (not (regexMatch "^rediss(\\+cluster)?://" $r.url)) -}}
-{{- fail (printf "redis.tls.enabled needs a rediss:// (or rediss+cluster://) redis.url, but it starts with %s:// (plain TCP: the password would travel in clear)" (regexReplaceAll "://.*$" $r.url "")) -}}
+{{- if and $r.url (not $r.existingSecret) (not (regexMatch "^rediss(\\+(cluster|sentinel))?://" $r.url)) -}}
+{{- fail (printf "redis.tls.enabled needs a rediss:// (or rediss+cluster://, rediss+sentinel://) redis.url, but it starts with %s:// (plain TCP: the password would travel in clear)" (regexReplaceAll "://.*$" $r.url "")) -}}
 {{- end -}}
 {{- if and (or $tls.certKey $tls.keyKey) (not (and $tls.certKey $tls.keyKey)) -}}
 {{- fail "redis.tls.certKey and redis.tls.keyKey go together (a client certificate needs its key)" -}}

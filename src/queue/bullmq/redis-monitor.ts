@@ -101,7 +101,9 @@ export function createRedisMonitor(opts: RedisMonitorOptions): RedisMonitor {
         at: now(),
       });
       const what = command ? 'redis command refused' : 'redis connection error';
-      limited(`${kind}|${message}`, (repeated) =>
+      // Numbers vary between repeats of one failure ("Retrying from scratch after 140ms", a port):
+      // they do not make it another line.
+      limited(`${kind}|${message.replace(/\d+/g, '#')}`, (repeated) =>
         opts.logger.warn(
           {
             redis: opts.where,

@@ -44,10 +44,12 @@ export async function assertRedisCredentials(
   timeoutMs = 5_000,
 ): Promise<void> {
   const endpoint = typeof target === 'string' ? { url: target } : target;
-  const server = credentialTarget(endpoint.url);
-  // Behind Sentinel the primary's address is known only by asking the sentinels: the connections
-  // do that (ioredis); a refused AUTH then shows as reconnects and in /readyz, not at start-up.
+  // Behind Sentinel the primary's address is known only by asking the sentinels: the first sentinel
+  // is checked instead (TLS, and its own password); a refused AUTH of the data nodes then shows as
+  // reconnects and in /readyz, not at start-up.
+  const server = credentialTarget(endpoint);
   if (!server) return;
+  const key = server.sentinel ? 'queue.redis_sentinel_password' : 'queue.redis_url';
   const where = redactRedisUrl(endpoint.url);
   const { tls } = server;
   if (!server.password && !tls) return;
@@ -77,8 +79,10 @@ export async function assertRedisCredentials(
   if (reply.startsWith('-') && classifyRedisError(reply) === 'wrongpass')
     throw new FeedsyncError(
       server.password
-        ? `queue.redis_url: Redis at ${where} rejected the credentials (${reply.slice(1)})`
-        : `queue.redis_url: Redis at ${where} requires a password (${reply.slice(1)}): put user and password in the URL`,
+        ? `${key}: Redis at ${where} rejected the credentials (${reply.slice(1)})`
+        : server.sentinel
+          ? `${key}: the sentinels at ${where} require a password (${reply.slice(1)}): set queue.redis_sentinel_password`
+          : `${key}: Redis at ${where} requires a password (${reply.slice(1)}): put user and password in the URL`,
       false,
     );
 }
@@ -89,11 +93,18 @@ interface CredentialTarget {
   tls: boolean;
   username?: string;
   password?: string;
+  /** The first sentinel (with the sentinels' own password), not a data node. */
+  sentinel?: boolean;
 }
 
-/** The server whose AUTH tells: the URL's, or a cluster's first seed node; none behind Sentinel. */
-function credentialTarget(url: string): CredentialTarget | undefined {
-  if (multiHostKind(url) === 'sentinel') return undefined;
+/** The server whose AUTH tells: the URL's, a cluster's first seed node, or the first sentinel. */
+function credentialTarget(endpoint: RedisEndpoint): CredentialTarget | undefined {
+  const url = endpoint.url;
+  if (multiHostKind(url) === 'sentinel') {
+    const { hosts, tls } = parseMultiHostUrl(url);
+    const password = endpoint.sentinelPassword;
+    return { ...hosts[0]!, tls, sentinel: true, ...(password !== undefined && { password }) };
+  }
   if (multiHostKind(url) === 'cluster') {
     const { hosts, tls, username, password } = parseMultiHostUrl(url);
     return {
@@ -175,7 +186,7 @@ export async function redisAllowsInfo(target: RedisTarget, logger: Logger): Prom
 export async function assertRedisTopology(endpoint: RedisEndpoint, logger: Logger): Promise<void> {
   const kind = multiHostKind(endpoint.url);
   if (kind === 'sentinel') return;
-  const server = credentialTarget(endpoint.url);
+  const server = credentialTarget(endpoint);
   if (!server) return;
   // A plain connection to the URL's server, or to the cluster's first seed node.
   const url = kind === 'cluster' ? seedUrl(server) : endpoint.url;
