@@ -111,12 +111,30 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
   ahead?.abort();
 }
 
-/** The outcome is for `status` and /readyz only: failing to record it (Redis briefly away) must not fail the poll. */
+/** How long the poll loop waits for its status write before going on without it. */
+const RECORD_POLL_MS = 2_000;
+
+/**
+ * The outcome is for `status` and /readyz only: failing to record it (Redis briefly away) must not
+ * fail the poll, nor hold it up: a write caught in a failover may never be answered (ioredis can
+ * leave a command cut mid-flight unsettled), and polling would then stop without a word.
+ */
 async function recordPoll(deps: PollerDeps, outcome: PollOutcome): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<'late'>((resolve) => {
+    timer = setTimeout(() => resolve('late'), RECORD_POLL_MS);
+  });
   try {
-    await deps.sourceState.recordPoll(deps.source.name, outcome);
+    const written = await Promise.race([deps.sourceState.recordPoll(deps.source.name, outcome), late]);
+    if (written === 'late')
+      deps.logger.warn(
+        { timeout_ms: RECORD_POLL_MS },
+        'cannot record the poll outcome for status: no answer in time; polling goes on',
+      );
   } catch (err) {
     deps.logger.warn({ err: errorMessage(err) }, 'cannot record the poll outcome for status');
+  } finally {
+    clearTimeout(timer);
   }
 }
 

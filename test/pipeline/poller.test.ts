@@ -106,8 +106,16 @@ class MemoryQueue implements ChangeQueue {
 const stops: AbortController[] = [];
 afterEach(() => stops.splice(0).forEach((s) => s.abort()));
 
-function start(client: ScriptedUpstream, over: Partial<SourceConfig> = {}, auditIntervalMs?: number) {
+function start(
+  client: ScriptedUpstream,
+  over: Partial<SourceConfig> = {},
+  auditIntervalMs?: number,
+  opts: { statusNeverAnswers?: boolean } = {},
+) {
   const cursors = new CursorStore(openStore(join(tempDir(), 'store.db')));
+  const sourceState = sqliteSourceState(cursors);
+  // A status write caught in a failover that the Redis client never settles.
+  if (opts.statusNeverAnswers) sourceState.recordPoll = () => new Promise<void>(() => undefined);
   const queue = new MemoryQueue(cursors);
   const events = new PipelineEvents();
   const stop = new AbortController();
@@ -127,7 +135,7 @@ function start(client: ScriptedUpstream, over: Partial<SourceConfig> = {}, audit
     adapter: services.workflow,
     client,
     queue,
-    sourceState: sqliteSourceState(cursors),
+    sourceState,
     events,
     logger: pino({ level: 'silent' }),
     signal: stop.signal,
@@ -152,6 +160,21 @@ describe('poller', () => {
     await waitFor(() => p.queue.changes.length === 4, 5000, 'four changes');
     expect(up.requests.filter((r) => r === url('7'))).toHaveLength(1);
     expect(p.queue.changes.map((c) => c.subject)).toEqual([job('7'), job('7'), job('8'), job('7')]);
+  });
+
+  it('goes on polling when the status write of a poll is never answered', async () => {
+    const up = new ScriptedUpstream([ev(1, 'job_updated', '7')], {
+      [url('7')]: job('7'),
+      [url('8')]: job('8'),
+    });
+    const p = start(up, { poll_interval_ms: 50 }, undefined, { statusNeverAnswers: true });
+    await waitFor(() => p.queue.changes.length === 1, 5000, 'the first change');
+    up.events.push(ev(2, 'job_updated', '8'));
+    await waitFor(
+      () => p.queue.changes.length === 2,
+      8000,
+      'the next change, after a status write that hung',
+    );
   });
 
   it('gives gone on 404, deleted without a fetch for *_deleted events', async () => {
