@@ -45,14 +45,18 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
   let failures = 0;
   let position: Position | undefined;
   let ahead: ReadAhead | undefined;
+  // Every step of an iteration is bounded on its own; should one ever hang anyway, say where.
+  const watch = watchIteration(deps);
 
   while (!signal.aborted) {
     const started = performance.now();
     try {
       if (!position) {
+        watch.stage('start position');
         position = await startPosition(deps, state);
         audit.begin(position);
       }
+      watch.stage('poll');
       const result = await pollOnce(deps, state, position, ahead);
       position = result.position;
       ahead = result.ahead;
@@ -65,14 +69,19 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
         pageSize: result.pageSize,
         behind: result.full,
       });
+      watch.stage('status write');
       await recordPoll(deps, { ok: true, behind: result.full, lastEventAt: result.lastEventAt });
       // Sinks off the shared stream read on their own: a page each per shared page, and while the
       // source is caught up, as many as they take until the next poll is due.
       const due = performance.now() + source.poll_interval_ms;
+      watch.stage('catch-up');
       let reading = await catchUp.step(position);
       if (!result.full) {
+        watch.stage('audit');
         await audit.runIfDue(position);
+        watch.stage('catch-up');
         while (reading && performance.now() < due && !signal.aborted) reading = await catchUp.step(position);
+        watch.stage('idle');
         await sleep(Math.max(0, due - performance.now()), signal);
       }
     } catch (err) {
@@ -89,7 +98,9 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
         behind: false,
         error: err,
       });
+      watch.stage('status write');
       await recordPoll(deps, { ok: false, behind: false, error: errorMessage(err) });
+      watch.stage('idle');
       // Wrong credentials: at most once per poll interval, backing off to minutes; never a tight loop.
       const delay =
         err instanceof UpstreamAuthError
@@ -109,6 +120,34 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
     }
   }
   ahead?.abort();
+  watch.stop();
+}
+
+/** Warn, every 30 s, while one step of the poll loop has been running for over 30 s. */
+const STUCK_MS = 30_000;
+
+function watchIteration(deps: PollerDeps): { stage(name: string): void; stop(): void } {
+  let stage = 'start';
+  let since = performance.now();
+  let warned = 0;
+  const timer = setInterval(() => {
+    const ms = performance.now() - since;
+    if (stage === 'idle' || ms < STUCK_MS || ms - warned < STUCK_MS) return;
+    warned = ms;
+    deps.logger.warn(
+      { stage, ms: Math.round(ms) },
+      `poll loop stuck in ${stage} for ${Math.round(ms / 1000)} s`,
+    );
+  }, STUCK_MS / 6);
+  timer.unref();
+  return {
+    stage(name) {
+      stage = name;
+      since = performance.now();
+      warned = 0;
+    },
+    stop: () => clearInterval(timer),
+  };
 }
 
 /** How long the poll loop waits for its status write before going on without it. */
