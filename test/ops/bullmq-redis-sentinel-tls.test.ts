@@ -11,7 +11,7 @@ import { rawConfig, readJsonl, waitFor } from '../support/harness.js';
 import { startSentinelSet, type SentinelSet } from '../support/redis-sentinel.js';
 import { createPki, type Pki } from '../upstream/support/pki.js';
 import type { LogEntry } from '../support/process.js';
-import { killAllCli, runCli, spawnCli, writeConfig, type CliProcess } from './support/cli.js';
+import { killAllCli, metricsPortOf, runCli, spawnCli, writeConfig, type CliProcess } from './support/cli.js';
 
 const PASSWORD = 'tls-sentinel-pw-8Kd1';
 const SERVICES = ['scheduling', 'workflow'] as const;
@@ -74,8 +74,23 @@ describe('feedsync through Sentinel over TLS (rediss+sentinel://)', () => {
     sandbox.generate('scheduling', 5);
     sandbox.generate('workflow', 5);
     await waitFor(all, 45_000, 'the live events after the failover, over TLS to the new primary').catch(
-      (err: Error) => {
-        throw new Error(`${err.message}\npoll:\n${poller.text()}\nwork:\n${worker.text()}`);
+      async (err: Error) => {
+        // What each process says of itself: /readyz names the failing connection and command.
+        const ready = await Promise.all(
+          [poller, worker].map(async (p) => {
+            const port = await metricsPortOf(p);
+            const res = await fetch(`http://127.0.0.1:${port}/readyz`).catch((e: Error) => e);
+            const metrics = await fetch(`http://127.0.0.1:${port}/metrics`).then(
+              (r) => r.text(),
+              () => '',
+            );
+            const errors = metrics.split('\n').filter((l) => l.startsWith('feedsync_redis_errors_total'));
+            return `${p.pid}: ${res instanceof Error ? res.message : `${res.status} ${await res.text()}`}\n${errors.join('\n')}`;
+          }),
+        );
+        throw new Error(
+          `${err.message}\n${ready.join('\n')}\npoll:\n${poller.text()}\nwork:\n${worker.text()}`,
+        );
       },
     );
     expect(readJsonl(sink).length, 'each change once').toBe(keys().length);

@@ -197,7 +197,42 @@ export function createRedisConnection(
         ? new Redis({ ...sentinelOptions(endpoint), ...options })
         : new Redis(endpoint.url, options);
   const monitor = endpoint.monitor ?? createRedisMonitor({ logger, where: redactRedisUrl(endpoint.url) });
-  return instrumentRedis(client, role, monitor);
+  const instrumented = instrumentRedis(client, role, monitor);
+  return kind === 'cluster' ? instrumented : reviveWhenEnded(instrumented);
+}
+
+/** Tried again this long after a connection ended that nobody closed. */
+const REVIVE_MS = 200;
+
+/**
+ * ioredis ends a connection for good when its connector fails outright. Behind Sentinel that
+ * happens when a reconnect (the failover detector's, on +switch-master) cuts into the sentinels'
+ * answer still being awaited ("Connection is closed."): under load, a worker's lease connection
+ * stayed dead after a failover and delivery stopped. A connection that ends without being closed
+ * here (quit, disconnect) is connected again; BullMQ's copies too.
+ */
+function reviveWhenEnded(client: Redis): Redis {
+  let closing = false;
+  const quit = client.quit.bind(client);
+  client.quit = ((...args: Parameters<Redis['quit']>) => {
+    closing = true;
+    return quit(...args);
+  }) as Redis['quit'];
+  const disconnect = client.disconnect.bind(client);
+  client.disconnect = (reconnect?: boolean) => {
+    if (!reconnect) closing = true;
+    disconnect(reconnect);
+  };
+  client.on('end', () => {
+    if (closing) return;
+    setTimeout(() => {
+      if (!closing && client.status === 'end') client.connect().catch(() => undefined);
+    }, REVIVE_MS).unref();
+  });
+  const duplicate = client.duplicate.bind(client);
+  client.duplicate = ((...args: Parameters<Redis['duplicate']>) =>
+    reviveWhenEnded(duplicate(...args))) as Redis['duplicate'];
+  return client;
 }
 
 function sentinelOptions(endpoint: RedisEndpoint): RedisOptions {
