@@ -15,7 +15,7 @@ function failNextConnect(client: Redis): void {
   const connector = (client as unknown as { connector: { connect: (...a: unknown[]) => Promise<unknown> } })
     .connector;
   const connect = connector.connect.bind(connector);
-  connector.connect = (...args: unknown[]) => {
+  connector.connect = () => {
     connector.connect = connect;
     return Promise.reject(new Error('Connection is closed.'));
   };
