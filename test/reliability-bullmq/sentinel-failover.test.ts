@@ -120,9 +120,10 @@ describe(`bullmq: sentinel failover mid-drain ${note}`, () => {
     // What the processes said, kept for a stall longer than the bound (seen under CPU load).
     if (stallMs > 2 * failoverMs + 1_000)
       for (const p of procs) writeFileSync(join(dir, `output-${p.pid}.log`), p.text());
-    expect(stallMs, `stall (failover took ${failoverMs} ms; process output in ${dir}) ${note}`).toBeLessThanOrEqual(
-      2 * failoverMs + 1_000,
-    );
+    expect(
+      stallMs,
+      `stall (failover took ${failoverMs} ms; process output in ${dir}) ${note}`,
+    ).toBeLessThanOrEqual(2 * failoverMs + 1_000);
     for (const p of procs) expect(p.exit, `process ${p.pid} still running ${note}`).toBeUndefined();
     for (const p of procs) {
       expect(p.text(), `the password is never logged ${note}`).not.toContain(PASSWORD);
