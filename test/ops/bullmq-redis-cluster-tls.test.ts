@@ -6,11 +6,12 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
-import { rawConfig, readJsonl, waitFor } from '../support/harness.js';
+import { readJsonl, waitFor } from '../support/harness.js';
 import { startRedisCluster, type RedisClusterSet } from '../support/redis-cluster.js';
 import { createPki, type Pki } from '../upstream/support/pki.js';
+import { CLIENT_TLS, writeTlsConfig } from './support/tls-config.js';
 import type { LogEntry } from '../support/process.js';
-import { killAllCli, runCli, spawnCli, writeConfig, type CliProcess } from './support/cli.js';
+import { killAllCli, runCli, spawnCli, type CliProcess } from './support/cli.js';
 
 const PASSWORD = 'tls-cluster-pw-6Wq4';
 const WRONG = 'wrong-cluster-pw-2Hx7';
@@ -48,17 +49,9 @@ afterAll(async () => {
   pki?.cleanup();
 });
 
-/** A config file in the PKI dir, so `ca_file: ca.pem` and friends resolve next to it. */
-function config(name: string, url: string, redisTls?: Record<string, unknown>): string {
-  const raw = rawConfig(sandbox, pki.dir, {
-    queue: { driver: 'bullmq', redis_url: url, prefix: name, ...(redisTls && { redis_tls: redisTls }) },
-    sinks: [{ name: 'file', type: 'jsonl', path: join(pki.dir, `${name}.jsonl`) }],
-  });
-  raw.log = { level: 'info' };
-  return writeConfig(pki.dir, raw, `${name}.yaml`);
-}
-
-const CLIENT = { ca_file: 'ca.pem', cert_file: 'client.pem', key_file: 'client.key' };
+const config = (name: string, url: string, redisTls?: Record<string, unknown>): string =>
+  writeTlsConfig(sandbox, pki, name, url, redisTls);
+const CLIENT = CLIENT_TLS;
 
 const isWarning = (l: LogEntry): boolean => l.level !== undefined && l.level >= 40;
 

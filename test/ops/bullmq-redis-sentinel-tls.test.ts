@@ -7,11 +7,12 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
-import { rawConfig, readJsonl, waitFor } from '../support/harness.js';
+import { readJsonl, waitFor } from '../support/harness.js';
 import { startSentinelSet, type SentinelSet } from '../support/redis-sentinel.js';
 import { createPki, type Pki } from '../upstream/support/pki.js';
+import { writeTlsConfig } from './support/tls-config.js';
 import type { LogEntry } from '../support/process.js';
-import { killAllCli, metricsPortOf, runCli, spawnCli, writeConfig, type CliProcess } from './support/cli.js';
+import { killAllCli, metricsPortOf, runCli, spawnCli, type CliProcess } from './support/cli.js';
 
 const PASSWORD = 'tls-sentinel-pw-8Kd1';
 const SERVICES = ['scheduling', 'workflow'] as const;
@@ -39,20 +40,8 @@ afterAll(async () => {
   pki?.cleanup();
 });
 
-/** A config file in the PKI dir, so `ca_file: ca.pem` resolves next to it. */
-function config(name: string, redisTls?: Record<string, unknown>): string {
-  const raw = rawConfig(sandbox, pki.dir, {
-    queue: {
-      driver: 'bullmq',
-      redis_url: set.url,
-      prefix: name,
-      ...(redisTls && { redis_tls: redisTls }),
-    },
-    sinks: [{ name: 'file', type: 'jsonl', path: join(pki.dir, `${name}.jsonl`) }],
-  });
-  raw.log = { level: 'info' };
-  return writeConfig(pki.dir, raw, `${name}.yaml`);
-}
+const config = (name: string, redisTls?: Record<string, unknown>): string =>
+  writeTlsConfig(sandbox, pki, name, set.url, redisTls);
 
 const isWarning = (l: LogEntry): boolean => l.level !== undefined && l.level >= 40;
 const keys = () => SERVICES.flatMap((s) => sandbox.events(s).map((e) => `${s}:${e.id}`));

@@ -22,11 +22,11 @@
 //   replicas to join the same transfer; nobody else is coming, so start at once.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ConnectionOptions } from 'node:tls';
 import { Redis } from 'ioredis';
+import { freePort } from './redis.js';
 
 export interface ClusterNode {
   port: number;
@@ -591,15 +591,4 @@ async function waitPing(port: number, access: Access, gone: () => boolean): Prom
     if (Date.now() > deadline) throw new Error(`redis-server on ${port} never answered`);
     await sleep(POLL_MS);
   }
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
-    });
-  });
 }

@@ -3,11 +3,11 @@
 // down-after 1 s, failover-timeout 5 s), each on a free port, in one temp dir.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ConnectionOptions } from 'node:tls';
 import { Redis } from 'ioredis';
+import { freePort } from './redis.js';
 
 export const MASTER_NAME = 'feedsync-test';
 export const DOWN_AFTER_MS = 1_000;
@@ -33,6 +33,21 @@ export interface SentinelSet {
 }
 
 const BIN = '/usr/bin/redis-server';
+
+/** A short-lived client of one node or sentinel of the set being started: no retries, TLS as the set. */
+function probeClient(port: number, password?: string): Redis {
+  const client = new Redis({
+    port,
+    host: '127.0.0.1',
+    ...(tlsOptions && { tls: tlsOptions }),
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+    ...(password && { password }),
+  });
+  client.on('error', () => undefined);
+  return client;
+}
 // The client TLS options of the set being started (one set at a time per test file).
 let tlsOptions: ConnectionOptions | undefined;
 
@@ -128,14 +143,7 @@ export async function startSentinelSet(
   const askSentinels = async (): Promise<number> => {
     for (const port of sentinelPorts) {
       if (!children.has(port)) continue;
-      const client = new Redis({
-        port,
-        host: '127.0.0.1',
-        ...(tlsOptions && { tls: tlsOptions }),
-        lazyConnect: true,
-        maxRetriesPerRequest: 0,
-        ...(spw && { password: spw }),
-      });
+      const client = probeClient(port, spw);
       try {
         await client.connect();
         const reply = (await client.call('SENTINEL', 'get-master-addr-by-name', MASTER_NAME)) as string[];
@@ -179,16 +187,8 @@ export async function startSentinelSet(
       await launch(port, launched.get(port)!, pw);
     },
     async roleOf(port) {
-      const client = new Redis({
-        port,
-        host: '127.0.0.1',
-        ...(tlsOptions && { tls: tlsOptions }),
-        maxRetriesPerRequest: 0,
-        retryStrategy: () => null,
-        ...(pw && { password: pw }),
-      });
       // A node being restarted or reconfigured may drop the connection: that is "unknown yet".
-      client.on('error', () => undefined);
+      const client = probeClient(port, pw);
       try {
         return String(((await client.role()) as unknown[])[0]);
       } catch {
@@ -232,16 +232,7 @@ async function waitOnline(primaryPort: number, password?: string): Promise<void>
 async function waitPing(port: number, password?: string): Promise<void> {
   const deadline = Date.now() + 10_000;
   for (;;) {
-    const client = new Redis({
-      port,
-      host: '127.0.0.1',
-      ...(tlsOptions && { tls: tlsOptions }),
-      lazyConnect: true,
-      maxRetriesPerRequest: 0,
-      retryStrategy: () => null,
-      ...(password && { password }),
-    });
-    client.on('error', () => undefined);
+    const client = probeClient(port, password);
     try {
       await client.connect();
       if ((await client.ping()) === 'PONG') return;
@@ -253,15 +244,4 @@ async function waitPing(port: number, password?: string): Promise<void> {
     if (Date.now() > deadline) throw new Error(`redis-server on ${port} never answered`);
     await new Promise((r) => setTimeout(r, 50));
   }
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
-    });
-  });
 }

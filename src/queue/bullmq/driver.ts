@@ -45,8 +45,9 @@ export async function createBullmqDriver(
   const polls = mode === 'run' || mode === 'poll';
   const delivers = mode === 'run' || mode === 'work';
   await assertRedisCredentials(endpoint, logger);
+  // The topology check learns whether INFO is allowed; behind Sentinel (not checked there), ask.
   await assertRedisTopology(endpoint, logger);
-  endpoint.infoRefused = !(await redisAllowsInfo(endpoint, logger));
+  endpoint.infoRefused ??= !(await redisAllowsInfo(endpoint, logger));
   if (mode !== 'ops') await checkRedisPolicy(endpoint, logger);
   // Before anything is read: a Redis that forgets would silently restart every source.
   if (polls)

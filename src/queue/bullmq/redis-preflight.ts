@@ -166,14 +166,18 @@ export async function redisAllowsInfo(target: RedisTarget, logger: Logger): Prom
       return true;
     } catch (err) {
       if (!refused(err)) return true;
-      logger.info(
-        { err: errorMessage(err) },
-        "this Redis user may not run INFO: BullMQ's Redis version check is skipped (run Redis 6.2 or later)",
-      );
+      reportInfoRefused(logger, err);
       return false;
     }
     // Not reaching it (a cluster without a slot map yet) says nothing either.
   }).catch(() => true);
+}
+
+function reportInfoRefused(logger: Logger, err: unknown): void {
+  logger.info(
+    { err: errorMessage(err) },
+    "this Redis user may not run INFO: BullMQ's Redis version check is skipped (run Redis 6.2 or later)",
+  );
 }
 
 /**
@@ -191,7 +195,9 @@ export async function assertRedisTopology(endpoint: RedisEndpoint, logger: Logge
   // A plain connection to the URL's server, or to the cluster's first seed node.
   const url = kind === 'cluster' ? seedUrl(server) : endpoint.url;
   const probe: RedisEndpoint = { url, infoRefused: true, ...(endpoint.tls && { tls: endpoint.tls }) };
-  const mode = await withClient(probe, logger, (client) => redisMode(client)).catch(() => undefined);
+  const { mode, infoAllowed } = await withClient(probe, logger, (client) => redisMode(client, logger)).catch(
+    () => ({ mode: undefined, infoAllowed: undefined }),
+  );
   const where = redactRedisUrl(endpoint.url);
   if (kind === 'cluster' && mode === 'standalone')
     throw new FeedsyncError(
@@ -204,21 +210,29 @@ export async function assertRedisTopology(endpoint: RedisEndpoint, logger: Logge
         'redis+cluster://host:port[,host:port…] (rediss+cluster:// for TLS)',
       false,
     );
+  // Learnt on the way, for every connection: whether this user may run INFO (the same on every
+  // node of a cluster).
+  if (infoAllowed !== undefined) endpoint.infoRefused = !infoAllowed;
 }
 
-/** 'cluster' or 'standalone' as the server says; undefined when it may not be asked. */
-async function redisMode(client: Redis): Promise<string | undefined> {
+/** 'cluster' or 'standalone' as the server says (undefined when it may not be asked), and whether INFO may be run. */
+async function redisMode(
+  client: Redis,
+  logger: Logger,
+): Promise<{ mode: string | undefined; infoAllowed: boolean }> {
   try {
-    return /^redis_mode:(\w+)/m.exec(await client.info('server'))?.[1];
+    return { mode: /^redis_mode:(\w+)/m.exec(await client.info('server'))?.[1], infoAllowed: true };
   } catch (err) {
     if (!refused(err)) throw err;
+    reportInfoRefused(logger, err);
   }
   try {
     await client.call('CLUSTER', 'INFO');
-    return 'cluster';
+    return { mode: 'cluster', infoAllowed: false };
   } catch (err) {
-    if (/cluster support disabled/i.test(errorMessage(err))) return 'standalone';
-    return undefined;
+    if (/cluster support disabled/i.test(errorMessage(err)))
+      return { mode: 'standalone', infoAllowed: false };
+    return { mode: undefined, infoAllowed: false };
   }
 }
 

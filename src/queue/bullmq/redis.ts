@@ -108,7 +108,7 @@ export interface RedisEndpoint {
   /** Shared by all connections of the process (set by the driver; else one per connection). */
   monitor?: RedisMonitor;
   /**
-   * This user may not run INFO (managed Redis; set by the driver). ioredis' ready check and
+   * This user may not run INFO (managed Redis; learnt at start-up). ioredis' ready check and
    * BullMQ's version check both run INFO on every new connection: they are turned off then.
    */
   infoRefused?: boolean;
