@@ -1,11 +1,13 @@
 // Redis Cluster: 3 primaries with two replicas each (Debian's redis-server, cluster mode), feedsync
-// through queue.redis_url in redis+cluster:// form. Each source's keys and queues carry the
-// source's own hash tag, so the two sources live on different primaries. Mid-drain, under live
-// traffic, the slot of one source is migrated online to another primary, then the primary of the
-// other source is killed (SIGKILL) and its replica promoted. Reported: lost, copies, stall,
-// readiness. Nothing may be lost; the migration writes nothing twice (a commit that meets MOVED
-// is refused whole and retried); the failover may repeat only deliveries whose progress the dead
-// primary had not yet replicated. Every commit waits for one replica (queue.min_replicas_acked).
+// through queue.redis_url in redis+cluster:// form. Each source and each sink shard has its own
+// hash tag; the prefix is picked so that the two sources live on different primaries, and the two
+// shard queues too, one of them with the workflow source. Mid-drain, under live traffic, the slot
+// of the scheduling source is migrated online to another primary, then the slot of the other shard
+// queue, then the primary of the workflow source and of a shard queue is killed (SIGKILL) and its
+// replica promoted. Reported: lost, copies, stall, readiness. Nothing may be lost; the migrations
+// write nothing twice (a commit or forward that meets MOVED is refused whole and retried); the
+// failover may repeat only deliveries whose progress the dead primary had not yet replicated.
+// Every commit and forward waits for one replica (queue.min_replicas_acked).
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -34,16 +36,22 @@ const SHUTDOWN_MS = 5000;
 const seed = testSeed();
 const note = seedNote(seed);
 
-/** A queue prefix whose two source tags fall on different primaries (the point of per-source tags). */
+/**
+ * A queue prefix whose two source tags fall on different primaries, and whose two shard queues
+ * too, one of them on the workflow source's primary (the point of the tags: spreading).
+ */
 async function spreadPrefix(cluster: RedisClusterSet): Promise<string> {
   for (let i = 0; ; i++) {
     const prefix = `rbc-${seed % 1000}-${i}`;
-    const [a, b] = await Promise.all(
-      ['scheduling', 'workflow'].map((s) => cluster.ownerOf(`{${prefix}:${s}}`)),
+    const [a, b, q0, q1] = await Promise.all(
+      [...SOURCES.map((s) => `{${prefix}:${s}}`), ...[0, 1].map((n) => `{${prefix}:sink:file.${n}}`)].map(
+        (tag) => cluster.ownerOf(tag),
+      ),
     );
-    if (a !== b) return prefix;
+    if (a !== b && q0 !== q1 && (q0 === b || q1 === b)) return prefix;
   }
 }
+const SOURCES = ['scheduling', 'workflow'];
 
 describe(`bullmq: redis cluster, slot migration and failover mid-drain ${note}`, () => {
   let sandbox: Sandbox;
@@ -64,7 +72,7 @@ describe(`bullmq: redis cluster, slot migration and failover mid-drain ${note}`,
   });
 
   it(
-    'spreads sources over primaries, survives a slot migration and a failover, loses nothing',
+    'spreads sources and shards over primaries, survives slot migrations and a failover, loses nothing',
     { timeout: 180_000 },
     async () => {
       const prefix = await spreadPrefix(cluster);
@@ -84,19 +92,32 @@ describe(`bullmq: redis cluster, slot migration and failover mid-drain ${note}`,
       const ports = await Promise.all(procs.map((p) => metricsPortOf(p)));
 
       const stateKey = (source: string) => `{${prefix}:${source}}:source:${source}`;
+      const queueKey = (shard: number) => `{${prefix}:sink:file.${shard}}:file.${shard}:meta`;
       const owners = {
         scheduling: await cluster.ownerOf(stateKey('scheduling')),
         workflow: await cluster.ownerOf(stateKey('workflow')),
+        queues: await Promise.all([0, 1].map((n) => cluster.ownerOf(queueKey(n)))),
       };
       expect(owners.scheduling, 'the two sources live on different primaries').not.toBe(owners.workflow);
+      expect(owners.queues[0], 'the two shard queues live on different primaries').not.toBe(owners.queues[1]);
+      // The shard queue that does not share the workflow source's primary: migrated below.
+      const movedShard = owners.queues[0] === owners.workflow ? 1 : 0;
 
       // Readiness of every process, sampled through the whole run.
       const readiness: { at: number; codes: number[] }[] = [];
+      // Why each process was unready, first seen per reason (printed with the figures).
+      const unreadyWhy = new Map<string, number>();
       const sampler = setInterval(() => {
         void Promise.all(
-          ports.map((port) =>
+          ports.map((port, i) =>
             fetch(`http://127.0.0.1:${port}/readyz`, { signal: AbortSignal.timeout(2_000) }).then(
-              (r) => r.status,
+              async (r) => {
+                if (r.status !== 200) {
+                  const why = `${procs[i]!.pid}: ${(await r.text()).replace(/\d+/g, 'N').slice(0, 300)}`;
+                  unreadyWhy.set(why, (unreadyWhy.get(why) ?? 0) + 1);
+                }
+                return r.status;
+              },
               () => 0,
             ),
           ),
@@ -119,8 +140,12 @@ describe(`bullmq: redis cluster, slot migration and failover mid-drain ${note}`,
       )!;
       const migrationStart = Date.now();
       const migrated = await cluster.migrateSlotOf(stateKey('scheduling'), spare.port);
-      const migrationMs = Date.now() - migrationStart;
       expect(await cluster.ownerOf(stateKey('scheduling'))).toBe(spare.port);
+      // Then the slot of one shard queue, to a primary other than its own.
+      const queueTarget = nodes.find((n) => n.role === 'master' && n.port !== owners.queues[movedShard])!;
+      const queueMigrated = await cluster.migrateSlotOf(queueKey(movedShard), queueTarget.port);
+      expect(await cluster.ownerOf(queueKey(movedShard))).toBe(queueTarget.port);
+      const migrationMs = Date.now() - migrationStart;
       const afterMigration = delivered();
       await eventually(
         () => delivered() > afterMigration + 20,
@@ -129,7 +154,7 @@ describe(`bullmq: redis cluster, slot migration and failover mid-drain ${note}`,
       );
       const migrationStallMs = Date.now() - migrationStart;
 
-      // 2. The primary of the workflow source dies; its replica takes over.
+      // 2. The primary of the workflow source and of the other shard queue dies; its replica takes over.
       const atKill = delivered();
       const killedAt = Date.now();
       const failover = await cluster.killPrimaryOf(stateKey('workflow'));
@@ -173,10 +198,12 @@ describe(`bullmq: redis cluster, slot migration and failover mid-drain ${note}`,
       const copies = lines().length - keysSeen.size;
       const unreadyMs = readiness.filter((r) => r.codes.some((c) => c !== 200)).length * 250;
       console.log(
-        `redis cluster: sources on primaries ${owners.scheduling} / ${owners.workflow}; ` +
-          `slot ${migrated.slot} (${migrated.keys} keys) migrated in ${migrationMs} ms, delivery went on ` +
+        `redis cluster: sources on primaries ${owners.scheduling} / ${owners.workflow}, shard queues on ` +
+          `${owners.queues.join(' / ')}; source slot ${migrated.slot} (${migrated.keys} keys) and queue slot ` +
+          `${queueMigrated.slot} (${queueMigrated.keys} keys) migrated in ${migrationMs} ms, delivery went on ` +
           `${migrationStallMs} ms after it began; failover ${failover.failoverMs} ms, delivery resumed ` +
-          `${stallMs} ms after the kill; lost 0, copies ${copies}, some process unready for ~${unreadyMs} ms`,
+          `${stallMs} ms after the kill; lost 0, copies ${copies}, some process unready for ~${unreadyMs} ms` +
+          [...unreadyWhy].map(([why, n]) => `\n  unready ×${n} ${why}`).join(''),
       );
       expect(
         stallMs,

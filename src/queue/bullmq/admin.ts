@@ -37,10 +37,8 @@ export type BullmqAdmin = QueueAdmin & { close(): Promise<void> };
 
 interface SinkQueues {
   sink: string;
-  /** Every shard queue of the sink (on a cluster: of every source tag). */
+  /** The sink's shard queues, by shard. */
   shards: Queue<ChangeSlice>[];
-  /** The shard queues under one tag. */
-  byTag: Map<string, Queue<ChangeSlice>[]>;
   dead: Queue<DeadChange>;
 }
 
@@ -58,21 +56,18 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
   const jobOptions = sliceJobOptions(opts.queue);
   const queuesBySink = new Map<string, SinkQueues>();
   for (const sink of opts.sinkNames) {
-    const byTag = new Map(
-      keys.queueTags().map((prefix) => [
-        prefix,
-        shardIndexes(opts.queue.shards).map((shard) => {
-          const queue = new Queue<ChangeSlice>(shardQueueName(sink, shard), { connection, prefix });
-          // Failures reach callers as rejections; this only keeps BullMQ from printing each one.
-          queue.on('error', (err: Error) => logger.debug({ sink, err: errorMessage(err) }, 'queue error'));
-          return queue;
-        }),
-      ]),
-    );
+    const shards = shardIndexes(opts.queue.shards).map((shard) => {
+      const queue = new Queue<ChangeSlice>(shardQueueName(sink, shard), {
+        connection,
+        prefix: keys.queueTag(sink, shard),
+      });
+      // Failures reach callers as rejections; this only keeps BullMQ from printing each one.
+      queue.on('error', (err: Error) => logger.debug({ sink, err: errorMessage(err) }, 'queue error'));
+      return queue;
+    });
     queuesBySink.set(sink, {
       sink,
-      shards: [...byTag.values()].flat(),
-      byTag,
+      shards,
       dead: openDeadQueue(sink, connection, keys.shared, logger),
     });
   }
@@ -203,16 +198,10 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
   function retryDead(filter: DeadLetterFilter): Promise<number> {
     return eachDead(filter, async (job, queues) => {
       const change = job.data.change;
-      const tag = keys.of(change.source);
-      const shards = queues.byTag.get(tag);
-      if (!shards)
-        throw new FeedsyncError(
-          `dlq retry: ${change.key} is of source "${change.source}", which the config no longer has; drop it or add the source back`,
-          false,
-        );
-      const shard = shards[shardOf(change, shards.length)]!;
+      const index = shardOf(change, queues.shards.length);
+      const shard = queues.shards[index]!;
       await shard.add('slice', { changes: [change] }, { ...jobOptions, jobId: retrySliceJobId(change) });
-      await connection.hincrby(backlogKey(tag), queues.sink, 1);
+      await connection.hincrby(backlogKey(keys.queueTag(queues.sink, index)), queues.sink, 1);
       await job.remove();
     });
   }

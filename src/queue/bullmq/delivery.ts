@@ -189,11 +189,9 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
       const logger = opts.logger.child({ sink: runtime.name });
       const deadQueue: Queue<DeadChange> = openDeadQueue(runtime.name, connection, keys.shared, logger);
       queues.push(deadQueue);
-      // One Redis: one queue per shard. A cluster: one per shard and source tag (names.ts).
-      const shardQueues = keys
-        .queueTags()
-        .flatMap((prefix) => shardIndexes(config.shards).map((shard) => ({ prefix, shard })));
-      for (const { prefix, shard } of shardQueues) {
+      // One queue per shard; on a cluster each under its own tag (names.ts).
+      for (const shard of shardIndexes(config.shards)) {
+        const prefix = keys.queueTag(runtime.name, shard);
         // stop() may come while we wait for Redis here: start no more workers then.
         if (stopRequested.signal.aborted) return;
         const name = shardQueueName(runtime.name, shard);

@@ -4,11 +4,11 @@
 // Layout, for config `prefix: feedsync`, sink `hook`, shards 4, on one Redis (standalone or Sentinel):
 //   BullMQ prefix   `{feedsync}`        the braces are a Redis Cluster hash tag: every key of
 //                                       feedsync lands in one slot, as BullMQ's docs require
-// On a Redis Cluster each source gets its own tag instead, `{feedsync:scheduling}` (KeySpace
-// below): its state, lease, positions AND its own shard queues share one slot, so a page commit
-// (one MULTI over the source's queues and cursor) stays atomic, while sources spread over slots.
-// Keys not tied to a source (pollers, dead-letter queues) keep `{feedsync}`. The names below are
-// written for one Redis; on a cluster read `{feedsync}` as the source's tag where a source is named.
+// On a Redis Cluster the tags split (KeySpace below): `{feedsync:scheduling}` holds a source's
+// state, lease, positions and page outbox; `{feedsync:sink:hook.2}` one sink shard's queue, shard
+// lease, backlog and the forwarding marks; `{feedsync}` keeps what neither owns (pollers, dead-letter
+// queues). The names below are written for one Redis; on a cluster read `{feedsync}` as the
+// source's tag where a source is named and as the shard's where a sink shard is.
 //   shard queues    `hook.0` … `hook.3` one queue per sink and shard (keys `{feedsync}:hook.2:wait`, …)
 //                                       whose jobs are slices: the changes of one page that map to
 //                                       that shard, data `{ changes: [...] }` (see slice.ts)
@@ -44,39 +44,52 @@ export function bullPrefix(prefix: string): string {
 
 /**
  * Which hash tag each key gets. One Redis: one tag for everything (the layout every earlier
- * version wrote, so nothing moves on upgrade). Redis Cluster: one tag per source, so a cluster
- * spreads the sources over its primaries; a source's shard queues live under its tag, which makes
- * a sink's queues one set per source there.
+ * version wrote, so nothing moves on upgrade). Redis Cluster: one tag per source (its state,
+ * lease, positions and page outbox) and one per sink shard (its queue, shard lease and backlog),
+ * so a cluster spreads both the sources and the deliveries over its primaries; a page then reaches
+ * its shard queues through the source's outbox (outbox.ts).
  */
 export class KeySpace {
   private constructor(
     readonly prefix: string,
-    /** Per-source tags (Redis Cluster). */
-    readonly perSource: boolean,
-    private readonly sources: readonly string[],
+    /** Redis Cluster: tags per source and per sink shard; pages go through the outbox. */
+    readonly forwards: boolean,
+    private readonly shards: number,
   ) {}
 
   static single(prefix: string): KeySpace {
-    return new KeySpace(prefix, false, []);
+    return new KeySpace(prefix, false, 1);
   }
 
-  static cluster(prefix: string, sources: readonly string[]): KeySpace {
-    return new KeySpace(prefix, true, sources);
+  static cluster(prefix: string, shards: number): KeySpace {
+    return new KeySpace(prefix, true, shardIndexes(shards).length);
   }
 
-  /** The tag of everything about `source`, and the BullMQ prefix of its shard queues. */
+  /** The tag of everything about `source`. */
   of(source: string): string {
-    return this.perSource ? `{${this.prefix}:${source}}` : bullPrefix(this.prefix);
+    return this.forwards ? `{${this.prefix}:${source}}` : bullPrefix(this.prefix);
   }
 
-  /** The tag of keys no source owns: poll replicas, dead-letter queues. */
+  /**
+   * The tag (BullMQ prefix) of one sink shard's queue, lease and backlog. `:sink:` keeps it apart
+   * from every source tag: source names cannot contain `:`.
+   */
+  queueTag(sink: string, shard: number): string {
+    return this.forwards ? `{${this.prefix}:sink:${shardQueueName(sink, shard)}}` : bullPrefix(this.prefix);
+  }
+
+  /** The tag of keys no source or shard owns: poll replicas, dead-letter queues. */
   get shared(): string {
     return bullPrefix(this.prefix);
   }
 
-  /** Every tag shard queues live under (one per source on a cluster, else the one tag). */
-  queueTags(): string[] {
-    return this.perSource ? [...new Set(this.sources.map((s) => this.of(s)))] : [this.shared];
+  /** The tags of the sinks' shard queues, each with the sinks whose queues it holds. */
+  queueTags(sinks: readonly string[]): Map<string, string[]> {
+    if (!this.forwards) return new Map([[this.shared, [...sinks]]]);
+    const out = new Map<string, string[]>();
+    for (const sink of sinks)
+      for (const shard of shardIndexes(this.shards)) out.set(this.queueTag(sink, shard), [sink]);
+    return out;
   }
 }
 
@@ -195,6 +208,29 @@ export function knownSinksKey(keys: Keys, source: string): string {
 /** Set: the ids the shared poll passed for a parked sink. */
 export function parkedIdsKey(keys: Keys, source: string, sink: string): string {
   return `${tagOf(keys, source)}:parked:${source}:${sink}`;
+}
+
+/**
+ * List: the pages committed and not yet forwarded to their shard queues (Redis Cluster only,
+ * outbox.ts), each `<seq> <entry JSON>`, oldest first.
+ */
+export function outboxKey(keys: Keys, source: string): string {
+  return `${tagOf(keys, source)}:outbox:${source}`;
+}
+
+/** Counter: the outbox entries' sequence numbers. */
+export function outboxSeqKey(keys: Keys, source: string): string {
+  return `${tagOf(keys, source)}:outbox-seq:${source}`;
+}
+
+/** Zset in a shard queue's slot: the outbox entries of `source` forwarded there, score = seq. */
+export function forwardedKey(queueTag: string, source: string): string {
+  return `${queueTag}:forwarded:${source}`;
+}
+
+/** In a shard queue's slot: the highest source-lease token that forwarded `source`'s pages there. */
+export function forwardTokenKey(queueTag: string, source: string): string {
+  return `${queueTag}:forward-token:${source}`;
 }
 
 /** Hash: sink → what its catch-ups found lost upstream (JSON {count, ids, at}). */

@@ -58,6 +58,8 @@ export interface BullmqProducerOptions {
   keys?: KeySpace;
   /** Give up on a page after this long (default 10 s); see commitPage. */
   addTimeoutMs?: number;
+  /** Redis Cluster: how long forwarded pages stay in the outbox (default outbox.ts DROP_AFTER_MS). */
+  outboxDropAfterMs?: number;
   events?: PipelineEvents;
 }
 
@@ -127,43 +129,52 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
   const commitConnection = opts.connection
     ? opts.connection.duplicate()
     : createRedisConnection(redisEndpoint(config), 'producer', opts.logger);
-  const committer = createPageCommitter({
-    connection: commitConnection,
-    keys,
-    jobOptions,
-    minReplicasAcked: config.min_replicas_acked,
-  });
-
-  /** A sink's shard queues under one tag: for counting, and the same on the commit connection. */
-  interface TagQueues {
-    queues: Queue<ChangeSlice>[];
-    commitQueues: Queue<ChangeSlice>[];
-  }
   const opened: Queue<ChangeSlice>[] = [];
-  const openQueue = (sink: string, shard: number, tag: string, on: Redis) => {
-    const queue = new Queue<ChangeSlice>(shardQueueName(sink, shard), { connection: on, prefix: tag });
+  const openQueue = (sink: string, shard: number, on: Redis) => {
+    const queue = new Queue<ChangeSlice>(shardQueueName(sink, shard), {
+      connection: on,
+      prefix: keys.queueTag(sink, shard),
+    });
     // Errors also surface as commitPage rejections; this only keeps them from being unhandled.
     queue.on('error', (err: Error) => opts.logger.debug({ sink, err: errorMessage(err) }, 'queue error'));
     opened.push(queue);
     return queue;
   };
+  /** A sink's shard queues: for counting, and the same on the commit connection. */
+  interface SinkQueues {
+    queues: Queue<ChangeSlice>[];
+    commitQueues: Queue<ChangeSlice>[];
+  }
   const sinks = opts.sinks.map((sink) => {
-    const byTag = new Map<string, TagQueues>();
+    let q: SinkQueues | undefined;
     return {
       ...sink,
-      /** The sink's queues under `tag` (a source's on a cluster; the one tag otherwise). */
-      at(tag: string): TagQueues {
-        let q = byTag.get(tag);
-        if (!q) {
-          q = {
-            queues: shards.map((shard) => openQueue(sink.name, shard, tag, connection)),
-            commitQueues: shards.map((shard) => openQueue(sink.name, shard, tag, commitConnection)),
-          };
-          byTag.set(tag, q);
-        }
+      /** Opened on first use (after both connections are ready, see queuesOpen). */
+      get shardQueues(): SinkQueues {
+        q ??= {
+          queues: shards.map((shard) => openQueue(sink.name, shard, connection)),
+          commitQueues: shards.map((shard) => openQueue(sink.name, shard, commitConnection)),
+        };
         return q;
       },
     };
+  });
+  const committer = createPageCommitter({
+    connection: commitConnection,
+    keys,
+    jobOptions,
+    minReplicasAcked: config.min_replicas_acked,
+    ...(opts.outboxDropAfterMs !== undefined && { outboxDropAfterMs: opts.outboxDropAfterMs }),
+    queueOf(sink, shard) {
+      const found = sinks.find((s) => s.name === sink);
+      if (!found)
+        throw new FeedsyncError(
+          `the page outbox holds slices for sink "${sink}", which the config no longer has; ` +
+            'add it back until they are forwarded',
+          false,
+        );
+      return found.shardQueues.commitQueues[shard % shards.length]!;
+    },
   });
 
   /**
@@ -180,7 +191,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
         opening = undefined;
         throw noAnswer(addTimeoutMs);
       }
-      for (const sink of sinks) for (const tag of keys.queueTags()) sink.at(tag);
+      for (const sink of sinks) void sink.shardQueues;
     });
     return opening;
   }
@@ -274,7 +285,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
 
   /** The slices of one sink's changes: grouped by shard, feed order kept inside each shard. */
   function planSlices(sink: (typeof sinks)[number], source: string, changes: Change[]): PlannedSlice[] {
-    const queues = sink.at(keys.of(source)).commitQueues;
+    const queues = sink.shardQueues.commitQueues;
     const perShard = new Map<number, Change[]>();
     for (const change of changes) {
       const shard = shardOf(change, queues.length);
@@ -283,6 +294,8 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
       perShard.set(shard, list);
     }
     return [...perShard].map(([shard, list]) => ({
+      sink: sink.name,
+      shard,
       queue: queues[shard]!,
       jobId: sliceJobId(list),
       changes: list,
@@ -371,6 +384,10 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
 
   async function laggingSinks(source: string): Promise<LaggingSink[]> {
     const client = await queueClient();
+    // Between its commits the holder also forwards what its source's outbox still holds (a
+    // previous holder's pages, on a Redis Cluster): an idle feed commits nothing that would.
+    const fence = opts.leases?.fence(source);
+    if (fence || !opts.leases) await forwardOutbox(source, fence);
     const lagging = await readLagging(client, keys, source, opts.sinks);
     for (const lag of lagging) {
       if (lag.backlog < catchUpWindow(lag.bound)) continue;
@@ -380,8 +397,8 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
       const sink = sinks.find((s) => s.name === lag.sink);
       if (!sink) continue;
       let empty = true;
-      for (const tag of keys.queueTags())
-        empty = (await queuesEmpty(client, backlogKey(tag), sink.at(tag).queues, lag.sink)) && empty;
+      for (const [tag, queues] of byTag(sink.name, sink.shardQueues.queues))
+        empty = (await queuesEmpty(client, backlogKey(tag), queues, lag.sink)) && empty;
       if (empty) lag.backlog = 0;
     }
     // The poller asks between its commits: what it reads is what its next commit must honour.
@@ -420,10 +437,41 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     return backfilled;
   }
 
+  /** A sink's shard queues by the tag they live under (one tag on one Redis). */
+  function byTag(sink: string, queues: Queue<ChangeSlice>[]): Map<string, Queue<ChangeSlice>[]> {
+    const out = new Map<string, Queue<ChangeSlice>[]>();
+    queues.forEach((queue, shard) => {
+      const tag = keys.queueTag(sink, shard);
+      out.set(tag, [...(out.get(tag) ?? []), queue]);
+    });
+    return out;
+  }
+
+  /** The outbox forwarded within addTimeoutMs, errors handled as a commit's. */
+  async function forwardOutbox(source: string, fence: LeaseFence | undefined): Promise<void> {
+    if (!keys.forwards) return;
+    const result = await withDeadline(
+      committer.forward(source, fence).then(
+        () => ({ ok: true as const }),
+        (reason: unknown) => ({ ok: false as const, reason }),
+      ),
+      addTimeoutMs,
+    );
+    if (result?.ok) return;
+    const reason = result ? result.reason : noAnswer(addTimeoutMs);
+    if (reason instanceof LeaseFencedError) opts.leases?.markLost(source, reason.message);
+    else if (!result) commitConnection.disconnect(true);
+    throw new FeedsyncError(
+      `cannot forward the queued pages of source ${source} to their shard queues: ${errorMessage(reason)}`,
+      true,
+      { cause: reason },
+    );
+  }
+
   /** A queue's client: it waits for the first connection, as the commits do. */
   async function queueClient(): Promise<Redis> {
     await queuesOpen();
-    const first = sinks[0]?.at(keys.queueTags()[0]!).queues[0];
+    const first = sinks[0]?.shardQueues.queues[0];
     return first ? ((await first.backend.client) as unknown as Redis) : connection;
   }
 

@@ -184,6 +184,9 @@ export function instrumentRedis(client: Redis, role: Role, monitor: RedisMonitor
   client.on('error', (err: unknown) => monitor.failed(role, err));
   client.on('ready', () => monitor.succeeded(role));
   const send = client.sendCommand.bind(client) as (command: Command, ...rest: unknown[]) => unknown;
+  const cluster = client as unknown as { refreshSlotsCache?: () => void };
+  const refreshSlots =
+    typeof cluster.refreshSlotsCache === 'function' ? () => cluster.refreshSlotsCache!() : undefined;
   // ioredis passes a command through sendCommand again when it flushes its offline queue.
   const watched = new WeakSet<Command>();
   // A cluster client passes the target node as a third argument: everything is handed on.
@@ -194,7 +197,12 @@ export function instrumentRedis(client: Redis, role: Role, monitor: RedisMonitor
       const id = commandId(command);
       command.promise.then(
         () => monitor.succeeded(role, id),
-        (err: unknown) => monitor.failed(role, err, id),
+        (err: unknown) => {
+          monitor.failed(role, err, id);
+          // A cluster client that follows no redirection (the producer's, redis.ts) would learn of
+          // a moved slot only at its next periodic refresh: re-read the slot map now.
+          if (refreshSlots && classifyRedisError(err) === 'moved') refreshSlots();
+        },
       );
     }
     return result;

@@ -324,7 +324,24 @@ export async function onEveryPrimary<T>(client: Redis, fn: (node: Redis) => Prom
  * offline queue (producer, lock) reject commands sent before that, and BullMQ keeps a queue whose
  * first command (its version check) was rejected broken for good: wait before first use.
  */
-export function whenReady(client: Redis, timeoutMs: number): Promise<boolean> {
+export async function whenReady(client: Redis, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  if (!(await statusReady(client, timeoutMs))) return false;
+  if (!isCluster(client)) return true;
+  // A cluster client connects to each node on first use, and without an offline queue a command
+  // that meets a node still connecting is refused at once ('Connection is closed'): the first
+  // commands of a producer, sent together to every primary, would fail. Connect them all now.
+  const nodes = (client as unknown as Cluster).nodes('master');
+  const ready = await Promise.all(
+    nodes.map((node) => {
+      if (node.status === 'wait') node.connect().catch(() => undefined);
+      return statusReady(node, Math.max(0, deadline - Date.now()));
+    }),
+  );
+  return ready.every(Boolean);
+}
+
+function statusReady(client: Redis, timeoutMs: number): Promise<boolean> {
   if (client.status === 'ready') return Promise.resolve(true);
   return new Promise((resolve) => {
     const done = () => {
