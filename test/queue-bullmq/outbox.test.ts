@@ -18,7 +18,7 @@ import {
 import { createOutboxForwarder } from '../../src/queue/bullmq/outbox.js';
 import { LeaseFencedError } from '../../src/queue/bullmq/page-commit.js';
 import { createBullmqProducer, type BullmqProducer } from '../../src/queue/bullmq/producer.js';
-import { createRedisConnection } from '../../src/queue/bullmq/redis.js';
+import { createRedisConnection, whenReady } from '../../src/queue/bullmq/redis.js';
 import type { ChangeSlice } from '../../src/queue/bullmq/slice.js';
 import type { QueueConfig } from '../../src/config/types.js';
 import { startRedisCluster, type RedisClusterSet } from '../support/redis-cluster.js';
@@ -103,13 +103,13 @@ async function fence(config: QueueConfig, token: number): Promise<LeaseFence> {
   return f;
 }
 
-function expectOnceInOrder(perShard: Change[][], ids: number[]): void {
+function expectOnceInOrder(perShard: Change[][], ids: number[], shards = SHARDS): void {
   const all = perShard.flat().map((c) => c.event_id);
   expect(all.sort((x, y) => x - y)).toEqual(ids);
   for (const [shard, changes] of perShard.entries()) {
     const got = changes.map((c) => c.event_id);
     expect(got, `shard ${shard} in feed order`).toEqual([...got].sort((x, y) => x - y));
-    for (const c of changes) expect(shardOf(c, SHARDS)).toBe(shard);
+    for (const c of changes) expect(shardOf(c, shards)).toBe(shard);
   }
 }
 
@@ -254,5 +254,98 @@ describe('page outbox on a Redis Cluster', () => {
     }
     for (const sink of SINKS) expectOnceInOrder(await queued(config, sink), range(1, 50));
     expect(await client.llen(outboxKey(keys, 'scheduling')), 'dropped once checked').toBe(0);
+  });
+
+  it('refuses a holder frozen mid-forward once the next holder forwarded and dropped its page', async () => {
+    const config = queueConfig(cluster.url, { shards: 2 });
+    const keys = KeySpace.cluster(config.prefix, 2);
+    const closers: (() => Promise<unknown>)[] = [];
+    /** A forwarder on its own connection (WATCH is per connection); `gate` runs before each queue. */
+    const forwarderOn = async (gate: (shard: number) => Promise<void>) => {
+      const connection = createRedisConnection(cluster.url, 'producer', silentLogger);
+      closers.push(async () => connection.disconnect());
+      await whenReady(connection, 5_000);
+      const queues = [0, 1].map((shard) => {
+        const queue = new Queue<ChangeSlice>(shardQueueName('a', shard), {
+          connection,
+          prefix: keys.queueTag('a', shard),
+        });
+        closers.unshift(() => queue.close());
+        // The forwarder awaits the queue's client before its WATCH there: the gate holds it.
+        const backend = new Proxy(queue.backend, {
+          get: (target, prop) =>
+            prop === 'client'
+              ? gate(shard).then(() => target.client)
+              : (Reflect.get(target, prop) as unknown),
+        });
+        return new Proxy(queue, {
+          get: (target, prop) => (prop === 'backend' ? backend : (Reflect.get(target, prop) as unknown)),
+        });
+      });
+      return createOutboxForwarder({
+        connection,
+        keys,
+        queueOf: (_sink, shard) => queues[shard]!,
+        jobOptions: {},
+        minReplicasAcked: 0,
+        connectionEpoch: () => 0,
+        fenced: (source, detail) => new LeaseFencedError(source, detail),
+        dropAfterMs: 0,
+      });
+    };
+    // One page with a slice for each shard of sink a.
+    const changes = page(range(1, 10));
+    const slices = [0, 1].map((shard) => {
+      const mine = changes.filter((c) => shardOf(c, 2) === shard);
+      return { sink: 'a', shard, jobId: `j${shard}`, changes: mine };
+    });
+    await client.rpush(
+      outboxKey(keys, 'scheduling'),
+      `1 ${JSON.stringify({ id: 'e1', slices: slices.filter((sl) => sl.changes.length) })}`,
+    );
+    try {
+      let thaw!: () => void;
+      const thawed = new Promise<void>((resolve) => (thaw = resolve));
+      let frozen!: () => void;
+      const isFrozen = new Promise<void>((resolve) => (frozen = resolve));
+      // Holder 1 forwards to shard 0, then freezes before shard 1.
+      const first = await forwarderOn(async (shard) => {
+        if (shard === 1) {
+          frozen();
+          await thawed;
+        }
+      });
+      const old = await fence(config, 1);
+      const stuck = first.forward('scheduling', old);
+      await isFrozen;
+      // Holder 2 takes the lease, forwards the page everywhere and drops it.
+      const second = await forwarderOn(async () => undefined);
+      const current = await fence(config, 2);
+      await expect(second.forward('scheduling', current)).resolves.toBe(1);
+      expect(await client.llen(outboxKey(keys, 'scheduling'))).toBe(0);
+      // It forwards the next page too (which prunes the first one's marks), and shard 1's slice of
+      // the first page is delivered and removed: nothing there says it was ever forwarded.
+      const next = page([11, 12, 13, 14, 15, 16, 17]).filter((c) => shardOf(c, 2) === 1);
+      const e2 = { id: 'e2', slices: [{ sink: 'a', shard: 1, jobId: 'j2', changes: next }] };
+      await client.rpush(outboxKey(keys, 'scheduling'), `2 ${JSON.stringify(e2)}`);
+      await expect(second.forward('scheduling', current)).resolves.toBe(1);
+      const shard1 = new Queue<ChangeSlice>(shardQueueName('a', 1), {
+        connection: client,
+        prefix: keys.queueTag('a', 1),
+      });
+      await shard1.remove('j1');
+      await shard1.close();
+      // Holder 1 wakes up with the first page in memory: refused at shard 1, adds nothing.
+      thaw();
+      await expect(stuck).rejects.toBeInstanceOf(LeaseFencedError);
+    } finally {
+      for (const close of closers) await close();
+    }
+    const [zero, one] = await queued({ ...config, shards: 2 }, 'a');
+    expect(zero!.map((c) => c.event_id)).toEqual(slices[0]!.changes.map((c) => c.event_id));
+    expect(
+      one!.map((c) => c.event_id),
+      'only the second page',
+    ).toEqual([11, 12, 13, 14, 15, 16, 17].filter((id) => shardOf(page([id])[0]!, 2) === 1));
   });
 });

@@ -243,7 +243,7 @@ export function createOutboxForwarder(opts: {
         ...pending.flatMap((i) => [String(i.seq), i.id]),
       );
       if (opts.connectionEpoch() !== epoch) {
-        tx.discard();
+        // Nothing was sent: a MULTI goes out at exec().
         await connection.unwatch().catch(() => undefined);
         throw new FeedsyncError(`redis reconnected while forwarding pages of ${source}; retrying`, true);
       }
