@@ -142,8 +142,10 @@ export class ShardLeases {
   ): ShardLease {
     const { connection, ttlMs } = this.opts;
     const backlog = backlogKey(tag);
-    // Sinks keep one fencing token per scope: on a cluster a sink shard has one queue, and one
-    // token counter, per source tag, so the tag is part of the scope there.
+    // Sinks keep one fencing token per scope. On a cluster the shard's token counter lives under
+    // the shard's own tag, a counter apart from the one-Redis layout's (and from the earlier
+    // cluster layout's, per source): the tag is part of the scope there, so a sink that saw higher
+    // tokens under another layout does not refuse the new counter's.
     const scope =
       tag === bullPrefix(this.opts.prefix) ? `shard:${sink}:${shard}` : `shard:${sink}:${shard}:${tag}`;
     let renewedAt = sent;
