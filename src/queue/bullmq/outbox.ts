@@ -214,6 +214,12 @@ export function createOutboxForwarder(opts: {
       const pending = items.filter((_, i) => scores[i] === null);
       if (pending.length === 0 && stored !== null && Number(stored) === token) {
         await connection.unwatch();
+        // All there on the primary, maybe from a try whose WAIT fell short: wait for the replicas
+        // now (a write of ours first, so the WAIT covers everything written there before).
+        await awaitReplicas(connection, opts.minReplicasAcked, `the pages of ${source} in ${tag}`, {
+          tag,
+          touch: true,
+        });
         return;
       }
       const tx = client.multi() as unknown as ChainableCommander;
