@@ -1,6 +1,7 @@
 import { backoffDelay, sleep } from '../backoff.js';
 import { errorMessage, UpstreamAuthError } from '../core/errors.js';
 import type { PollOutcome } from '../queue/driver.js';
+import { PositionLost } from '../queue/queue.js';
 import type { UpstreamClient } from '../upstream/client.js';
 import type { FeedEvent } from './change.js';
 import { nextCursor, observedDisorder, PAGE_SIZE } from './cursor.js';
@@ -88,6 +89,8 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
       ahead?.abort();
       ahead = undefined;
       if (signal.aborted && (err instanceof ExpansionAborted || isAbort(err))) break;
+      // The store holds another cursor than ours: start again from what it holds.
+      if (err instanceof PositionLost) position = undefined;
       failures++;
       const durationSeconds = (performance.now() - started) / 1000;
       deps.events.emit('poll:finished', {

@@ -1,4 +1,5 @@
 import type { Change } from '../core/change.js';
+import { FeedsyncError } from '../core/errors.js';
 
 /** What a poller hands over once per page: every change of the page and the cursor after it. */
 export interface PageCommit {
@@ -13,6 +14,22 @@ export interface PageCommit {
    * resumes. Default: the stored cursor.
    */
   from?: FeedPosition;
+}
+
+/**
+ * The store holds another cursor than the page was read after: it lost its last writes (a Redis
+ * host crash before fsync, a failover to a replica that lagged) or was moved. Nothing was
+ * written; the poller reads its position from the store again and goes on from there, so the
+ * pages the store forgot are read and queued again.
+ */
+export class PositionLost extends FeedsyncError {
+  constructor(source: string, expected: FeedPosition, stored: FeedPosition) {
+    super(
+      `source ${source}: the stored cursor is ${stored.cursor}, not ${expected.cursor} as this poller ` +
+        'last committed (the store lost writes, or the cursor was moved); reading from the stored cursor',
+      true,
+    );
+  }
 }
 
 /** A position in a source's feed: every event at or below `cursor`, and those in `seenAbove`, is behind it. */

@@ -4,7 +4,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest
 import { PipelineEvents } from '../../src/core/events.js';
 import { createBullmqDelivery } from '../../src/queue/bullmq/delivery.js';
 import { createBullmqProducer, type BullmqProducer } from '../../src/queue/bullmq/producer.js';
-import type { DeliveryRunner } from '../../src/queue/queue.js';
+import { PositionLost, type DeliveryRunner } from '../../src/queue/queue.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
 import {
   ANY,
@@ -209,6 +209,32 @@ describe('bullmq producer', () => {
     // The replays found their cursor in Redis already: the page counts once, its slice once.
     const slices = (await sliceJobs(config, 'file')).length;
     expect(await commitStats(config)).toEqual({ pages: '1', slices: String(slices) });
+  });
+
+  it('refuses a page that does not follow the stored cursor (Redis forgot commits), writing nothing', async () => {
+    const config = queueConfig(redis.url);
+    const producer = producerFor(config, [{ name: 's' }]);
+    const first = range(1, 10).map((id) => makeChange(id));
+    await producer.commitPage({ source: 'scheduling', changes: first, cursor: 10, seenAbove: [] });
+    const second = range(11, 10).map((id) => makeChange(id));
+    const from = { cursor: 10, seenAbove: [] };
+    // Redis came back without the first commit's cursor (a host crash before fsync, say).
+    await inspector.hset(`{${config.prefix}}:source:scheduling`, 'cursor', '0');
+    await expect(
+      producer.commitPage({ source: 'scheduling', changes: second, cursor: 20, seenAbove: [], from }),
+    ).rejects.toBeInstanceOf(PositionLost);
+    expect(await cursorIn(config)).toBe('0');
+    const queuedIds = (await sliceJobs(config, 's')).flatMap((j) => j.changes).map((c) => c.event_id);
+    expect(queuedIds.sort((a, b) => a - b)).toEqual(range(1, 10));
+    // Read again from the stored cursor, both pages go in.
+    await producer.commitPage({
+      source: 'scheduling',
+      changes: [...first, ...second],
+      cursor: 20,
+      seenAbove: [],
+      from: { cursor: 0, seenAbove: [] },
+    });
+    expect(await cursorIn(config)).toBe('20');
   });
 
   it('routes only the changes that pass each sink filter', async () => {

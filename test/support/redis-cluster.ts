@@ -21,7 +21,7 @@
 // - `--repl-diskless-sync-delay 0`: 7.0 syncs replicas diskless by default and waits 5 s for more
 //   replicas to join the same transfer; nobody else is coming, so start at once.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, truncateSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ConnectionOptions } from 'node:tls';
@@ -65,6 +65,17 @@ export interface RedisClusterSet {
    * been promoted (cluster_state ok again on every live node, and each shows the replica as master).
    */
   killPrimaryOf(key: string): Promise<{ killed: number; promoted: number; failoverMs: number }>;
+  /**
+   * SIGKILL the primary owning `key`'s slot and start it again on the same port from its own files
+   * (its AOF, its nodes.conf): a crash and restart in place. `loseLastBytes` cuts that much off the
+   * end of its AOF first: what a host crash does to writes not yet fsynced (kill -9 alone loses
+   * nothing, the kernel still has them); Redis loads the cut AOF (aof-load-truncated). Resolves
+   * once every live node sees it own the slot again, with how long it was down.
+   */
+  restartPrimaryOf(
+    key: string,
+    opts?: { loseLastBytes?: number },
+  ): Promise<{ port: number; downMs: number; lostBytes: number }>;
   stop(): Promise<void>;
 }
 
@@ -148,14 +159,18 @@ export async function startRedisCluster(opts: StartRedisClusterOptions = {}): Pr
   const children = new Map<number, ChildProcess>();
   const alive = (): number[] => [...children.keys()];
 
-  const launch = async (): Promise<number> => {
+  const busPorts = new Map<number, number>();
+  /** A new node on fresh ports, or (`again`) the node that was on that port, from its own files. */
+  const launch = async (again?: number): Promise<number> => {
     // Another process can take a probed port before redis-server binds it: try fresh ports again.
     for (let attempt = 1; ; attempt++) {
-      const port = await freePort();
-      const busPort = await freePort();
+      const port = again ?? (await freePort());
+      const busPort = again ? busPorts.get(again)! : await freePort();
       const sub = join(dir, String(port));
-      rmSync(sub, { recursive: true, force: true });
-      mkdirSync(sub);
+      if (!again) {
+        rmSync(sub, { recursive: true, force: true });
+        mkdirSync(sub);
+      }
       const args = [
         ...(tls
           ? [
@@ -225,10 +240,11 @@ export async function startRedisCluster(opts: StartRedisClusterOptions = {}): Pr
       try {
         await waitPing(port, access, () => exited);
         children.set(port, child);
+        busPorts.set(port, busPort);
         return port;
       } catch (err) {
         child.kill('SIGKILL');
-        if (attempt >= 5) {
+        if (attempt >= 5 || again) {
           const text = pw ? output.split(pw).join('***') : output;
           throw new Error(
             `redis-server (cluster node) did not start: ${(err as Error).message}; ${text.trim()}`,
@@ -247,11 +263,9 @@ export async function startRedisCluster(opts: StartRedisClusterOptions = {}): Pr
     for (let i = 0; i < count; i++) ports.push(await launch());
     const primaryPorts = ports.slice(0, primaries);
     const ids = new Map<number, string>();
-    const busPorts = new Map<number, number>();
     for (const port of ports) {
       await withNode(port, access, async (c) => {
         ids.set(port, (await c.call('CLUSTER', 'MYID')) as string);
-        busPorts.set(port, Number(await configGet(c, 'cluster-port')));
       });
     }
     // Slots and distinct config epochs before the nodes meet, as redis-cli does (no epoch collisions
@@ -446,6 +460,28 @@ export async function startRedisCluster(opts: StartRedisClusterOptions = {}): Pr
         );
         return { killed: owner.port, promoted, failoverMs: Date.now() - killedAt };
       },
+      async restartPrimaryOf(key, restartOpts = {}) {
+        const slot = await slotOf(key);
+        const owner = ownerLine(await view(), slot);
+        const child = children.get(owner.port);
+        if (!child)
+          throw new Error(`restartPrimaryOf: ${owner.port} is not one of this cluster's live nodes`);
+        const exited = new Promise((resolve) => child.once('exit', resolve));
+        const killedAt = Date.now();
+        child.kill('SIGKILL');
+        children.delete(owner.port);
+        await exited;
+        const lostBytes = loseAofTail(join(dir, String(owner.port)), restartOpts.loseLastBytes ?? 0);
+        await launch(owner.port);
+        await until(`${owner.port} back, owning slot ${slot}`, 30_000, async () => {
+          for (const port of alive()) {
+            if (!(await clusterOk(port, access))) return false;
+            if (ownerLine(await nodeLines(port, access), slot).port !== owner.port) return false;
+          }
+          return true;
+        });
+        return { port: owner.port, downMs: Date.now() - killedAt, lostBytes };
+      },
       async stop() {
         await stopAll();
       },
@@ -535,11 +571,6 @@ async function withNode<T>(port: number, access: Access, fn: (c: Redis) => Promi
   }
 }
 
-async function configGet(client: Redis, name: string): Promise<string> {
-  const reply = (await client.call('CONFIG', 'GET', name)) as string[];
-  return reply[1];
-}
-
 async function clusterOk(port: number, access: Access): Promise<boolean> {
   const info = (await withNode(port, access, (c) => c.call('CLUSTER', 'INFO'))) as string;
   return /^cluster_state:ok/m.test(info);
@@ -591,4 +622,20 @@ async function waitPing(port: number, access: Access, gone: () => boolean): Prom
     if (Date.now() > deadline) throw new Error(`redis-server on ${port} never answered`);
     await sleep(POLL_MS);
   }
+}
+
+/** Cuts `bytes` off the end of the node's newest AOF file (Redis 7: appendonlydir/*.incr.aof). */
+function loseAofTail(nodeDir: string, bytes: number): number {
+  if (bytes <= 0) return 0;
+  const aofDir = join(nodeDir, 'appendonlydir');
+  const newest = readdirSync(aofDir)
+    .filter((f) => f.endsWith('.incr.aof'))
+    .sort((a, b) => Number(/\.(\d+)\.incr\.aof$/.exec(a)?.[1]) - Number(/\.(\d+)\.incr\.aof$/.exec(b)?.[1]))
+    .at(-1);
+  if (!newest) throw new Error(`no incremental AOF file in ${aofDir}`);
+  const file = join(aofDir, newest);
+  const size = statSync(file).size;
+  const cut = Math.min(size, bytes);
+  truncateSync(file, size - cut);
+  return cut;
 }

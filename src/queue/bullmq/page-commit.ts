@@ -22,7 +22,7 @@ import { Job, type Queue } from 'bullmq';
 import type { ChainableCommander, Redis } from 'ioredis';
 import { FeedsyncError, errorMessage } from '../../core/errors.js';
 import type { LeaseFence } from './lease.js';
-import type { FeedPosition } from '../queue.js';
+import { PositionLost, type FeedPosition } from '../queue.js';
 import { CatchUpRefused, LOST_IDS_KEPT, MAX_PENDING_IDS, type LagReason } from '../sink-positions.js';
 import {
   backlogKey,
@@ -149,6 +149,8 @@ export interface PagePlan {
   seenAbove: number[];
   /** Shared pages: the sinks it was planned as lagging (checked in the commit, under WATCH). */
   laggingAssumed?: string[];
+  /** Shared pages: the position the page was read after; the stored cursor must still be there. */
+  from?: FeedPosition;
   /** Shared pages: sinks this page parks (at `from`, default the stored cursor) and the ids passed for every parked sink. */
   lagging?: { from?: FeedPosition; park: string[]; passes: Map<string, number[]> };
   /** A catch-up page of one sink: moves that sink's position, not the source's cursor. */
@@ -304,6 +306,19 @@ export function createPageCommitter(opts: {
             touch: true,
           });
           return 'already';
+        }
+        // The cursor this page follows must be the stored one: a Redis that lost its last commits
+        // (or a cursor moved meanwhile) sends the poller back to what Redis holds, so the pages
+        // it forgot are read again instead of skipped.
+        if (plan.from && cursor !== null) {
+          const stored = { cursor: Number(cursor), seenAbove: parseSeen(seen) };
+          if (
+            stored.cursor !== plan.from.cursor ||
+            JSON.stringify(stored.seenAbove) !== JSON.stringify(plan.from.seenAbove)
+          ) {
+            if (watched.length) await connection.unwatch();
+            throw new PositionLost(plan.source, plan.from, stored);
+          }
         }
         // After `cursor set/reset` the same pages are read again: their slices get new ids, or BullMQ
         // would take them for the retained completed jobs of the first pass and add nothing.

@@ -10,13 +10,14 @@ import { FeedsyncError, errorMessage } from '../../core/errors.js';
 import type { Change } from '../../core/change.js';
 import type { PipelineEvents } from '../../core/events.js';
 import { passesFilter, wantsSource } from '../../sinks/filter.js';
-import type {
-  CatchUpCommit,
-  CatchUpResult,
-  ChangeQueue,
-  FeedPosition,
-  LaggingSink,
-  PageCommit,
+import {
+  PositionLost,
+  type CatchUpCommit,
+  type CatchUpResult,
+  type ChangeQueue,
+  type FeedPosition,
+  type LaggingSink,
+  type PageCommit,
 } from '../queue.js';
 import { CatchUpRefused, catchUpWindow, reportParked, type ProducerSink } from '../sink-positions.js';
 import type { LeaseFence, RedisSourceLeases } from './lease.js';
@@ -269,6 +270,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
       cursor: commit.cursor,
       seenAbove: commit.seenAbove,
       laggingAssumed: [...lagging],
+      ...(commit.from ? { from: commit.from } : {}),
       ...(passes.size ? { lagging: { ...(commit.from ? { from: commit.from } : {}), park, passes } } : {}),
     };
     // With the offline queue off, a dropped connection fails at once; but BullMQ waits for the very
@@ -317,7 +319,8 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
         opts.leases?.markLost(plan.source, reason.message);
         throw reason;
       }
-      if (reason instanceof CatchUpRefused || reason instanceof CommitRaced) throw reason;
+      if (reason instanceof CatchUpRefused || reason instanceof CommitRaced || reason instanceof PositionLost)
+        throw reason;
       // A connection that answers nothing (a socket dead without a reset, a Redis that froze and
       // restarted behind it) is never dropped by ioredis on its own: every later commit would time
       // out on it too. Drop it; ioredis reconnects, and the page is retried on a fresh socket.

@@ -1,0 +1,132 @@
+// A Redis Cluster without replicas, each primary persisting with AOF (appendfsync everysec, the
+// default): a host crash loses the writes of a primary's last second or so (not yet fsynced). The
+// harness models it: SIGKILL, the AOF's last 256 KB cut off, the node started again in place. Mid-drain, under live traffic, the primary of a shard queue is restarted that way,
+// then the primary of a source. Pages forwarded from the outbox in that last second are gone from
+// the queue with their marks, while the outbox still holds them (it keeps forwarded pages 5 s and
+// checks them again before dropping them): they are forwarded again. A source's primary loses its
+// last commits with their outbox entries: those pages are read again. Nothing may be lost; copies
+// are allowed (a Redis that forgets is a crash), and reported.
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
+import { tempDir } from '../support/harness.js';
+import { killAllCli, spawnCli, writeConfig } from '../support/process.js';
+import { startRedisCluster, type RedisClusterSet } from '../support/redis-cluster.js';
+import {
+  bullmqConfig,
+  eventually,
+  missingKeys,
+  progressTrace,
+  queuePrefix,
+  readJsonlFiles,
+  sandboxKeys,
+  seedNote,
+  stopGracefully,
+  testSeed,
+} from './support.js';
+
+const BACKLOG = Number(process.env.RB_BACKLOG ?? 3000);
+const SHUTDOWN_MS = 5000;
+/** About a second of this test's writes to one primary. */
+const LOST_BYTES = 256 * 1024;
+const seed = testSeed();
+const note = seedNote(seed);
+
+describe(`bullmq: redis cluster primaries restarted in place from their AOF mid-drain ${note}`, () => {
+  let sandbox: Sandbox;
+  let cluster: RedisClusterSet;
+  const dir = tempDir('feedsync-rb-cluster-restart-');
+
+  beforeAll(async () => {
+    cluster = await startRedisCluster({ password: 'restart-pw', replicasPerPrimary: 0 });
+    sandbox = await startSandbox({ seed, backlog: BACKLOG });
+  }, 60_000);
+  afterAll(async () => {
+    await killAllCli();
+    await sandbox?.close();
+    await cluster?.stop();
+  });
+
+  it(
+    'loses nothing when a shard queue primary and a source primary restart in place',
+    { timeout: 180_000 },
+    async () => {
+      const raw = bullmqConfig(sandbox, dir, cluster.url, {
+        shutdownTimeoutMs: SHUTDOWN_MS,
+        queue: { shards: 2 },
+        sinks: [{ name: 'file', type: 'jsonl', path: './changes-${WORKER_ID}.jsonl' }],
+      });
+      const prefix = queuePrefix(raw);
+      const configPath = writeConfig(dir, raw);
+      const start = (mode: 'poll' | 'work', id: string) =>
+        spawnCli([mode], {
+          config: configPath,
+          env: { WORKER_ID: id },
+          echo: process.env.RB_ECHO ? `[${id}]` : undefined,
+        });
+      const procs = [start('poll', 'poll'), start('work', 'a')];
+      const lines = () => readJsonlFiles(dir, 'changes-');
+      const delivered = () => new Set(lines().map((c) => c.key)).size;
+      const trace = progressTrace(() => `delivered ${delivered()}`);
+      await eventually(() => delivered() >= BACKLOG * 0.2, 60_000, `first keys delivered ${note}`);
+      const live = setInterval(() => {
+        sandbox.generate('scheduling', 3);
+        sandbox.generate('workflow', 3);
+      }, 200);
+      try {
+        const queue = await cluster.restartPrimaryOf(`{${prefix}:sink:file.0}:file.0:meta`, {
+          loseLastBytes: LOST_BYTES,
+        });
+        const atQueue = delivered();
+        await eventually(
+          () => delivered() > atQueue + 20,
+          60_000,
+          `delivery after the queue's restart ${note}`,
+        );
+        const source = await cluster.restartPrimaryOf(`{${prefix}:workflow}:source:workflow`, {
+          loseLastBytes: LOST_BYTES,
+        });
+        const atSource = delivered();
+        await eventually(
+          () => delivered() > atSource + 20,
+          60_000,
+          `delivery after the source's restart ${note}`,
+        );
+        clearInterval(live);
+        const all = sandboxKeys(sandbox);
+        await eventually(() => missingKeys(all, lines()).length === 0, 90_000, `every key ${note}`).catch(
+          (err: Error) => {
+            const missing = missingKeys(all, lines());
+            for (const p of procs) writeFileSync(join(dir, `output-${p.pid}.log`), p.text());
+            throw new Error(
+              `${err.message} (process output in ${dir}):\n${trace.text()}\n${missing.length} missing (e.g. ${missing.slice(0, 5).join(', ')})`,
+            );
+          },
+        );
+        const copies = lines().length - new Set(lines().map((c) => c.key)).size;
+        // The poller found Redis's cursor behind its own and read the forgotten pages again.
+        const rewound = procs[0]!
+          .logs()
+          .filter((e) => /the stored cursor is/.test(String(e.err ?? ''))).length;
+        console.log(
+          `redis cluster restarts in place: shard queue primary ${queue.port} down ${queue.downMs} ms ` +
+            `(${queue.lostBytes} AOF bytes lost), source primary ${source.port} down ${source.downMs} ms ` +
+            `(${source.lostBytes} bytes lost); ${all.length} changes, lost 0, copies ${copies}; the poller went back ` +
+            `to Redis's cursor ${rewound} times`,
+        );
+        expect(
+          rewound,
+          `the source's primary forgot commits, and the poller noticed ${note}`,
+        ).toBeGreaterThan(0);
+        for (const p of procs) expect(p.exit, `process ${p.pid} still running ${note}`).toBeUndefined();
+      } finally {
+        clearInterval(live);
+        trace.stop();
+      }
+      const exits = await stopGracefully(procs, SHUTDOWN_MS);
+      for (const exit of exits)
+        expect(exit, `graceful stop ${note}`).toMatchObject({ code: 0, signal: null });
+    },
+  );
+});
