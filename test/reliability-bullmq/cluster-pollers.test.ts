@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRedisConnection } from '../../src/queue/bullmq/redis.js';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { tempDir } from '../support/harness.js';
-import { killAllCli, spawnCli, writeConfig, type CliProcess } from '../support/process.js';
+import { killAllCli, writeConfig, type CliProcess } from '../support/process.js';
 import { startRedisCluster, type RedisClusterSet } from '../support/redis-cluster.js';
 import { metricsPortOf } from '../ops/support/cli.js';
 import { processOf, SOURCES } from './standby-support.js';
@@ -31,6 +31,7 @@ import {
   stopGracefully,
   testSeed,
   waitStarted,
+  cliStarter,
 } from './support.js';
 
 const TTL_MS = 3_000;
@@ -74,12 +75,7 @@ describe(`scaled mode on a Redis Cluster: standby pollers and the page outbox ${
       });
       const prefix = queuePrefix(raw);
       const configPath = writeConfig(dir, raw);
-      const start = (mode: 'poll' | 'work', id: string): CliProcess =>
-        spawnCli([mode], {
-          config: configPath,
-          env: { WORKER_ID: id },
-          echo: process.env.RB_ECHO ? `[${id}]` : undefined,
-        });
+      const start = cliStarter(configPath);
       const client = createRedisConnection(cluster.url, 'admin', pino({ level: 'silent' }));
       const holders = async (): Promise<Record<string, string | undefined>> => {
         const values = await Promise.all(SOURCES.map((s) => client.get(`{${prefix}:${s}}:lease:${s}`)));

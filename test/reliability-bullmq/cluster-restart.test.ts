@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { tempDir } from '../support/harness.js';
-import { killAllCli, spawnCli, writeConfig } from '../support/process.js';
+import { killAllCli, writeConfig } from '../support/process.js';
 import { startRedisCluster, type RedisClusterSet } from '../support/redis-cluster.js';
 import {
   bullmqConfig,
@@ -24,6 +24,7 @@ import {
   seedNote,
   stopGracefully,
   testSeed,
+  cliStarter,
 } from './support.js';
 
 const BACKLOG = Number(process.env.RB_BACKLOG ?? 3000);
@@ -59,12 +60,7 @@ describe(`bullmq: redis cluster primaries restarted in place from their AOF mid-
       });
       const prefix = queuePrefix(raw);
       const configPath = writeConfig(dir, raw);
-      const start = (mode: 'poll' | 'work', id: string) =>
-        spawnCli([mode], {
-          config: configPath,
-          env: { WORKER_ID: id },
-          echo: process.env.RB_ECHO ? `[${id}]` : undefined,
-        });
+      const start = cliStarter(configPath);
       const procs = [start('poll', 'poll'), start('work', 'a')];
       const lines = () => readJsonlFiles(dir, 'changes-');
       const delivered = () => new Set(lines().map((c) => c.key)).size;

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { tempDir } from '../support/harness.js';
-import { killAllCli, spawnCli, writeConfig } from '../support/process.js';
+import { killAllCli, writeConfig } from '../support/process.js';
 import { startRedisCluster, type RedisClusterSet } from '../support/redis-cluster.js';
 import { metricsPortOf } from '../ops/support/cli.js';
 import {
@@ -27,6 +27,7 @@ import {
   sleep,
   stopGracefully,
   testSeed,
+  cliStarter,
 } from './support.js';
 
 // RB_BACKLOG: a longer run (npm run soak with SOAK_SCENARIOS=cluster,sentinel).
@@ -82,12 +83,7 @@ describe(`bullmq: redis cluster, slot migration and failover mid-drain ${note}`,
         sinks: [{ name: 'file', type: 'jsonl', path: './changes-${WORKER_ID}.jsonl' }],
       });
       const configPath = writeConfig(dir, raw);
-      const start = (mode: 'poll' | 'work', id: string) =>
-        spawnCli([mode], {
-          config: configPath,
-          env: { WORKER_ID: id },
-          echo: process.env.RB_ECHO ? `[${id}]` : undefined,
-        });
+      const start = cliStarter(configPath);
       const procs = [start('poll', 'poll'), start('work', 'a'), start('work', 'b')];
       const ports = await Promise.all(procs.map((p) => metricsPortOf(p)));
 

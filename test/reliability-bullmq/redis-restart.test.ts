@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { tempDir } from '../support/harness.js';
-import { killAllCli, spawnCli, writeConfig } from '../support/process.js';
+import { killAllCli, writeConfig } from '../support/process.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
 import {
   bullmqConfig,
@@ -22,6 +22,7 @@ import {
   testSeed,
   waitStarted,
   watchRedisCursors,
+  cliStarter,
 } from './support.js';
 
 const BACKLOG = 800;
@@ -53,12 +54,7 @@ describe(`bullmq: redis restart mid-run ${note}`, () => {
     const configPath = writeConfig(dir, raw);
     // Scaled mode keeps the cursors in Redis: they must come back with it.
     const cursors = watchRedisCursors(redis.url, queuePrefix(raw));
-    const start = (mode: 'poll' | 'work', id: string) =>
-      spawnCli([mode], {
-        config: configPath,
-        env: { WORKER_ID: id },
-        echo: process.env.RB_ECHO ? `[${id}]` : undefined,
-      });
+    const start = cliStarter(configPath);
     const procs = [start('poll', 'poll'), start('work', 'a'), start('work', 'b')];
     await waitStarted(...procs);
 

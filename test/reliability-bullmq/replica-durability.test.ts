@@ -5,7 +5,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { tempDir } from '../support/harness.js';
-import { killAllCli, spawnCli, writeConfig } from '../support/process.js';
+import { killAllCli, writeConfig } from '../support/process.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
 import {
   bullmqConfig,
@@ -17,6 +17,7 @@ import {
   stopGracefully,
   testSeed,
   waitStarted,
+  cliStarter,
 } from './support.js';
 
 const seed = testSeed();
@@ -59,8 +60,7 @@ describe(`bullmq: queue.min_replicas_acked ${note}`, () => {
         queue: { min_replicas_acked: 1 },
       });
       const configPath = writeConfig(dir, raw);
-      const start = (mode: 'poll' | 'work', id: string) =>
-        spawnCli([mode], { config: configPath, env: { WORKER_ID: id } });
+      const start = cliStarter(configPath);
       const procs = [start('poll', 'poll'), start('work', 'a')];
       await waitStarted(...procs);
       expect(procs[0]!.logs().some((e) => /commits wait for replicas/.test(String(e.msg)))).toBe(true);

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { tempDir } from '../support/harness.js';
-import { killAllCli, spawnCli, writeConfig } from '../support/process.js';
+import { killAllCli, writeConfig } from '../support/process.js';
 import { startSentinelSet, type SentinelSet } from '../support/redis-sentinel.js';
 import {
   bullmqConfig,
@@ -21,6 +21,7 @@ import {
   stopGracefully,
   testSeed,
   waitStarted,
+  cliStarter,
 } from './support.js';
 
 // RB_BACKLOG: a longer run (npm run soak with SOAK_SCENARIOS=cluster,sentinel).
@@ -55,12 +56,7 @@ describe(`bullmq: sentinel failover mid-drain ${note}`, () => {
       sinks: [{ name: 'file', type: 'jsonl', path: './changes-${WORKER_ID}.jsonl' }],
     });
     const configPath = writeConfig(dir, raw);
-    const start = (mode: 'poll' | 'work', id: string) =>
-      spawnCli([mode], {
-        config: configPath,
-        env: { WORKER_ID: id },
-        echo: process.env.RB_ECHO ? `[${id}]` : undefined,
-      });
+    const start = cliStarter(configPath);
     const procs = [start('poll', 'poll'), start('work', 'a'), start('work', 'b')];
     await waitStarted(...procs);
 

@@ -29,6 +29,7 @@ import {
   testSeed,
   waitStarted,
   watchRedisCursors,
+  cliStarter,
 } from './support.js';
 import { freezeProxy, processOf, redisOracle, sliceProblems, SOURCES } from './standby-support.js';
 
@@ -55,15 +56,6 @@ function configFor(sandbox: Sandbox, dir: string, redisUrl: string): Record<stri
   });
   raw.sources = (raw.sources as Record<string, unknown>[]).map((s) => ({ ...s, subject_concurrency: 16 }));
   return raw;
-}
-
-function starter(configPath: string) {
-  return (mode: 'poll' | 'work', id: string): CliProcess =>
-    spawnCli([mode], {
-      config: configPath,
-      env: { WORKER_ID: id },
-      echo: process.env.RB_ECHO ? `[${id}]` : undefined,
-    });
 }
 
 /** Value of `feedsync_source_leader{source}` on a process, from its own /metrics. */
@@ -100,7 +92,7 @@ describe(`scaled mode: standby pollers ${note}`, () => {
       const configPath = writeConfig(dir, raw);
       const oracle = redisOracle(redis.url, queuePrefix(raw));
       const cursors = watchRedisCursors(redis.url, queuePrefix(raw));
-      const start = starter(configPath);
+      const start = cliStarter(configPath);
       const max = Object.fromEntries(
         SOURCES.map((s) => [s, Math.max(...sandbox.events(s).map((e) => e.id))]),
       );
@@ -269,7 +261,7 @@ describe(`scaled mode: standby pollers ${note}`, () => {
     // Each poller reaches Redis through its own proxy, which can pause it mid-commit.
     const proxies = [await freezeProxy(redis.port), await freezeProxy(redis.port)];
     const polls = proxies.map((proxy, i) =>
-      starter(
+      cliStarter(
         writeConfig(
           dir,
           { ...raw, queue: { ...(raw.queue as object), redis_url: proxy.url } },
@@ -277,7 +269,7 @@ describe(`scaled mode: standby pollers ${note}`, () => {
         ),
       )('poll', `p${i + 1}`),
     );
-    const work = starter(configPath)('work', 'a');
+    const work = cliStarter(configPath)('work', 'a');
     // Sampled every 50 ms: a fenced-out holder that wrote anyway would move a cursor back.
     const history = new Map<string, number[]>(SOURCES.map((s) => [s, []]));
     const cursors = watchRedisCursors(redis.url, queuePrefix(raw), 50);

@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { rawConfig, readJsonl, type SourceOverrides } from '../support/harness.js';
-import type { CliProcess, LogEntry } from '../support/process.js';
+import { spawnCli, type CliProcess, type LogEntry } from '../support/process.js';
 import type { Change } from '../../src/core/change.js';
 import type { Sandbox } from '../../src/sandbox/index.js';
 
@@ -60,6 +60,19 @@ export function bullmqConfig(
     // The suites wait for log lines (started, lock held/waiting), so info is needed.
     log: { level: 'info' },
   };
+}
+
+/**
+ * Starts `feedsync poll|work` on `configPath`, WORKER_ID=`id` (for per-worker sink files); with
+ * RB_ECHO set, their output is echoed prefixed with the id.
+ */
+export function cliStarter(configPath: string): (mode: 'poll' | 'work', id: string) => CliProcess {
+  return (mode, id) =>
+    spawnCli([mode], {
+      config: configPath,
+      env: { WORKER_ID: id },
+      echo: process.env.RB_ECHO ? `[${id}]` : undefined,
+    });
 }
 
 export const isStarted = (e: LogEntry): boolean => e.msg === 'feedsync started';
