@@ -165,7 +165,10 @@ export function createOutboxForwarder(opts: {
           .filter((slice) => keys.queueTag(slice.sink, slice.shard) === tag)
           .map((slice) => ({ seq: f.seq, id: f.entry.id, slice })),
       );
-      await forwardTo(source, tag, items, all[0]!.seq, fence);
+      const newHere = fresh.some((f) =>
+        f.entry.slices.some((sl) => keys.queueTag(sl.sink, sl.shard) === tag),
+      );
+      await forwardTo(source, tag, items, all[0]!.seq, fence, newHere);
     }
     done.push(...fresh);
     if (due === 0) return 0;
@@ -190,6 +193,8 @@ export function createOutboxForwarder(opts: {
     items: { seq: number; id: string; slice: OutboxSlice }[],
     oldest: number,
     fence: LeaseFence | undefined,
+    /** Entries new to this holder go there: already in place, they may lack their replicas' WAIT. */
+    newHere: boolean,
   ): Promise<void> {
     const marks = forwardedKey(tag, source);
     const tokenKey = forwardTokenKey(tag, source);
@@ -214,12 +219,14 @@ export function createOutboxForwarder(opts: {
       const pending = items.filter((_, i) => scores[i] === null);
       if (pending.length === 0 && stored !== null && Number(stored) === token) {
         await connection.unwatch();
-        // All there on the primary, maybe from a try whose WAIT fell short: wait for the replicas
-        // now (a write of ours first, so the WAIT covers everything written there before).
-        await awaitReplicas(connection, opts.minReplicasAcked, `the pages of ${source} in ${tag}`, {
-          tag,
-          touch: true,
-        });
+        // New entries all there already: an earlier try put them there, maybe with its WAIT falling
+        // short: wait for the replicas now (a write of ours first, so the WAIT covers everything
+        // written there before). Only checking held entries again: this holder waited for them.
+        if (newHere)
+          await awaitReplicas(connection, opts.minReplicasAcked, `the pages of ${source} in ${tag}`, {
+            tag,
+            touch: true,
+          });
         return;
       }
       const tx = client.multi() as unknown as ChainableCommander;

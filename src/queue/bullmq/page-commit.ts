@@ -149,10 +149,13 @@ export interface PagePlan {
   seenAbove: number[];
   /** Shared pages: the sinks it was planned as lagging (checked in the commit, under WATCH). */
   laggingAssumed?: string[];
-  /** Shared pages: the position the page was read after; the stored cursor must still be there. */
+  /**
+   * Shared pages: the position the page was read after. The stored cursor must still be there, and
+   * a sink this page parks resumes from it (default: the stored cursor).
+   */
   from?: FeedPosition;
-  /** Shared pages: sinks this page parks (at `from`, default the stored cursor) and the ids passed for every parked sink. */
-  lagging?: { from?: FeedPosition; park: string[]; passes: Map<string, number[]> };
+  /** Shared pages: sinks this page parks (at `from`) and the ids passed for every parked sink. */
+  lagging?: { park: string[]; passes: Map<string, number[]> };
   /** A catch-up page of one sink: moves that sink's position, not the source's cursor. */
   catchUp?: { sink: string; generation: number; entry: LaggingEntry; eventIds: number[]; join: boolean };
 }
@@ -376,7 +379,7 @@ export function createPageCommitter(opts: {
       } else {
         const fields = cursorFields(plan.cursor, plan.seenAbove);
         const lag = plan.lagging;
-        const from = lag?.from ?? { cursor: Number(cursor ?? 0), seenAbove: parseSeen(seen ?? null) };
+        const from = plan.from ?? { cursor: Number(cursor ?? 0), seenAbove: parseSeen(seen ?? null) };
         const now = Date.now();
         const park: Record<string, string> = {};
         for (const sink of lag?.park ?? []) {

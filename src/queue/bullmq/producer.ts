@@ -271,7 +271,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
       seenAbove: commit.seenAbove,
       laggingAssumed: [...lagging],
       ...(commit.from ? { from: commit.from } : {}),
-      ...(passes.size ? { lagging: { ...(commit.from ? { from: commit.from } : {}), park, passes } } : {}),
+      ...(passes.size ? { lagging: { park, passes } } : {}),
     };
     // With the offline queue off, a dropped connection fails at once; but BullMQ waits for the very
     // first "ready" without limit, so a Redis that was never reachable would hang the poller.
