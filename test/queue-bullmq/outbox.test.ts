@@ -48,10 +48,11 @@ function producer(
   config: QueueConfig,
   fence?: () => LeaseFence | undefined,
   dropAfterMs = 0,
+  sinks = SINKS,
 ): BullmqProducer {
   return createBullmqProducer({
     queue: config,
-    sinks: SINKS.map((name) => ({ name, filter: ANY })),
+    sinks: sinks.map((name) => ({ name, filter: ANY })),
     logger: silentLogger,
     keys: KeySpace.cluster(config.prefix, config.shards),
     outboxDropAfterMs: dropAfterMs,
@@ -254,6 +255,51 @@ describe('page outbox on a Redis Cluster', () => {
     }
     for (const sink of SINKS) expectOnceInOrder(await queued(config, sink), range(1, 50));
     expect(await client.llen(outboxKey(keys, 'scheduling')), 'dropped once checked').toBe(0);
+  });
+
+  it('forwards pages held for a sink or shard the config no longer has, without stopping the source', async () => {
+    const config = queueConfig(cluster.url, { shards: SHARDS });
+    const keys = KeySpace.cluster(config.prefix, SHARDS);
+    // Forwarded, and still held (for a minute) when the process restarts with one sink and 2 shards.
+    const before = producer(config, undefined, 60_000);
+    try {
+      await before.commitPage({
+        source: 'scheduling',
+        changes: page(range(1, 50)),
+        cursor: 50,
+        seenAbove: [],
+      });
+    } finally {
+      await before.close();
+    }
+    // Shard 3 of sink a lost its last writes meanwhile: the held page must still reach it.
+    await wipeSlot(keys.queueTag('a', 3));
+    const fewer = { ...config, shards: 2 };
+    const after = producer(fewer, undefined, 0, ['a']);
+    try {
+      await after.commitPage({
+        source: 'scheduling',
+        changes: page(range(51, 20)),
+        cursor: 70,
+        seenAbove: [],
+      });
+    } finally {
+      await after.close();
+    }
+    expect(await client.llen(outboxKey(keys, 'scheduling')), 'outbox emptied').toBe(0);
+    // The first page where it was committed to, once: b's 4 shards, a's 4 (shard 3 again).
+    expectOnceInOrder(await queued(config, 'b'), range(1, 50));
+    const a = await queued(config, 'a');
+    expectOnceInOrder(
+      a.map((changes) => changes.filter((c) => c.event_id <= 50)),
+      range(1, 50),
+    );
+    // The second page over the 2 shards configured now.
+    expectOnceInOrder(
+      a.slice(0, 2).map((changes) => changes.filter((c) => c.event_id > 50)),
+      range(51, 20),
+      2,
+    );
   });
 
   it('refuses a holder frozen mid-forward once the next holder forwarded and dropped its page', async () => {

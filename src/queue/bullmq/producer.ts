@@ -168,15 +168,31 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     ...(opts.outboxDropAfterMs !== undefined && { outboxDropAfterMs: opts.outboxDropAfterMs }),
     queueOf(sink, shard) {
       const found = sinks.find((s) => s.name === sink);
-      if (!found)
-        throw new FeedsyncError(
-          `the page outbox holds slices for sink "${sink}", which the config no longer has; ` +
-            'add it back until they are forwarded',
-          false,
-        );
-      return found.shardQueues.commitQueues[shard % shards.length]!;
+      if (found && shard < shards.length) return found.shardQueues.commitQueues[shard]!;
+      return formerQueue(sink, shard);
     },
   });
+
+  // The outbox keeps pages for seconds after forwarding them, so right after a restart that
+  // removed a sink or lowered queue.shards it still holds slices addressed to queues the config no
+  // longer has. They go (or, already there, are checked) exactly where their page committed them,
+  // as on one Redis, where such slices were in those queues already: refusing them would stop the
+  // whole source. Nothing delivers them until the sink or shard is back.
+  const former = new Map<string, Queue<ChangeSlice>>();
+  function formerQueue(sink: string, shard: number): Queue<ChangeSlice> {
+    const name = shardQueueName(sink, shard);
+    let queue = former.get(name);
+    if (!queue) {
+      opts.logger.warn(
+        { sink, shard },
+        `the page outbox holds slices for queue ${name}, which the config no longer has: ` +
+          'they are put there, where no worker takes them until the sink or shard is configured again',
+      );
+      queue = openQueue(sink, shard, commitConnection);
+      former.set(name, queue);
+    }
+    return queue;
+  }
 
   /**
    * Both connections ready, then every queue opened, once: they have no offline queue, and BullMQ
