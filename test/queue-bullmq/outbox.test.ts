@@ -18,7 +18,7 @@ import {
 import { createOutboxForwarder } from '../../src/queue/bullmq/outbox.js';
 import { LeaseFencedError } from '../../src/queue/bullmq/page-commit.js';
 import { createBullmqProducer, type BullmqProducer } from '../../src/queue/bullmq/producer.js';
-import { createRedisConnection, whenReady } from '../../src/queue/bullmq/redis.js';
+import { createRedisConnection, unwatchKey, whenReady } from '../../src/queue/bullmq/redis.js';
 import type { ChangeSlice } from '../../src/queue/bullmq/slice.js';
 import type { QueueConfig } from '../../src/config/types.js';
 import { startRedisCluster, type RedisClusterSet } from '../support/redis-cluster.js';
@@ -300,6 +300,93 @@ describe('page outbox on a Redis Cluster', () => {
       range(51, 20),
       2,
     );
+  });
+
+  it('counts a page read again under a new entry once in the backlog, its jobs being there already', async () => {
+    const config = queueConfig(cluster.url, { shards: SHARDS });
+    const keys = KeySpace.cluster(config.prefix, SHARDS);
+    const backlog = async (sink: string) => {
+      let n = 0;
+      for (const shard of range(0, SHARDS))
+        n += Number((await client.hget(`${keys.queueTag(sink, shard)}:backlog`, sink)) ?? 0);
+      return n;
+    };
+    const p = producer(config);
+    try {
+      await p.commitPage({ source: 'scheduling', changes: page(range(1, 50)), cursor: 50, seenAbove: [] });
+      expect(await backlog('a')).toBe(50);
+      // The source's primary forgot the commit (cursor back), the queues did not: the page is read
+      // and committed again, a new outbox entry whose slices are the jobs already queued.
+      await client.hset(`${keys.of('scheduling')}:source:scheduling`, 'cursor', '0');
+      await p.commitPage({ source: 'scheduling', changes: page(range(1, 50)), cursor: 50, seenAbove: [] });
+    } finally {
+      await p.close();
+    }
+    for (const sink of SINKS) {
+      expectOnceInOrder(await queued(config, sink), range(1, 50));
+      expect(await backlog(sink), `backlog of ${sink}: the 50 changes queued, once`).toBe(50);
+    }
+  });
+
+  it('keeps the marks of a dropped page until the drop is old enough to have lasted', async () => {
+    const config = queueConfig(cluster.url, { shards: SHARDS });
+    const keys = KeySpace.cluster(config.prefix, SHARDS);
+    const outbox = outboxKey(keys, 'scheduling');
+    const p1 = producer(config, undefined, 200);
+    let first: string;
+    try {
+      await p1.commitPage({ source: 'scheduling', changes: page(range(1, 50)), cursor: 50, seenAbove: [] });
+      first = (await client.lindex(outbox, 0))!;
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      // Page 2's forward drops page 1 (due), page 3's forward right after would prune its marks.
+      await p1.commitPage({ source: 'scheduling', changes: page(range(51, 20)), cursor: 70, seenAbove: [] });
+      await p1.commitPage({ source: 'scheduling', changes: page(range(71, 20)), cursor: 90, seenAbove: [] });
+    } finally {
+      await p1.close();
+    }
+    // The source's primary comes back without that drop (a host crash before the fsync): page 1
+    // is at the head again. Its slices were delivered and removed from the queues meanwhile.
+    await client.lpush(outbox, first);
+    const entry = JSON.parse(first.slice(first.indexOf(' ') + 1)) as {
+      slices: { sink: string; shard: number; jobId: string }[];
+    };
+    for (const slice of entry.slices) {
+      const queue = new Queue<ChangeSlice>(shardQueueName(slice.sink, slice.shard), {
+        connection: client,
+        prefix: keys.queueTag(slice.sink, slice.shard),
+      });
+      await queue.remove(slice.jobId);
+      await queue.close();
+    }
+    // The next holder forwards the outbox: the marks say page 1 is in its queues, so nothing of it
+    // is queued again (without them, behind pages 2 and 3: a copy, out of order).
+    const p2 = producer(config, undefined, 60_000);
+    try {
+      await p2.laggingSinks('scheduling');
+    } finally {
+      await p2.close();
+    }
+    for (const sink of SINKS) expectOnceInOrder(await queued(config, sink), range(51, 40));
+  });
+
+  it('clears a WATCH on the node that holds it (UNWATCH has no key: a cluster sends it anywhere)', async () => {
+    const connection = createRedisConnection(cluster.url, 'producer', silentLogger);
+    const other = createRedisConnection(cluster.url, 'admin', silentLogger);
+    try {
+      await whenReady(connection, 5_000);
+      // Keys on every primary: a stray UNWATCH would miss two of three.
+      for (const n of range(0, 6)) {
+        const key = `{unwatch-${n}}:watched`;
+        await connection.watch(key);
+        await unwatchKey(connection, key);
+        await other.set(key, String(n));
+        const results = await connection.multi().set(`{unwatch-${n}}:written`, '1').exec();
+        expect(results, `EXEC after the WATCH of ${key} was cleared`).not.toBeNull();
+      }
+    } finally {
+      connection.disconnect();
+      other.disconnect();
+    }
   });
 
   it('refuses a holder frozen mid-forward once the next holder forwarded and dropped its page', async () => {

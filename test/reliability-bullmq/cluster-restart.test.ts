@@ -8,7 +8,10 @@
 // are allowed (a Redis that forgets is a crash), and reported.
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { backlogKey, KeySpace } from '../../src/queue/bullmq/names.js';
+import { createRedisConnection } from '../../src/queue/bullmq/redis.js';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { tempDir } from '../support/harness.js';
 import { killAllCli, writeConfig } from '../support/process.js';
@@ -31,6 +34,7 @@ const BACKLOG = Number(process.env.RB_BACKLOG ?? 3000);
 const SHUTDOWN_MS = 5000;
 /** About a second of this test's writes to one primary. */
 const LOST_BYTES = 256 * 1024;
+const SHARDS = 2;
 const seed = testSeed();
 const note = seedNote(seed);
 
@@ -55,13 +59,14 @@ describe(`bullmq: redis cluster primaries restarted in place from their AOF mid-
     async () => {
       const raw = bullmqConfig(sandbox, dir, cluster.url, {
         shutdownTimeoutMs: SHUTDOWN_MS,
-        queue: { shards: 2 },
+        queue: { shards: SHARDS },
         sinks: [{ name: 'file', type: 'jsonl', path: './changes-${WORKER_ID}.jsonl' }],
       });
       const prefix = queuePrefix(raw);
       const configPath = writeConfig(dir, raw);
       const start = cliStarter(configPath);
       const procs = [start('poll', 'poll'), start('work', 'a')];
+      const admin = createRedisConnection(cluster.url, 'admin', pino({ level: 'silent' }));
       const lines = () => readJsonlFiles(dir, 'changes-');
       const delivered = () => new Set(lines().map((c) => c.key)).size;
       const trace = progressTrace(() => `delivered ${delivered()}`);
@@ -80,7 +85,17 @@ describe(`bullmq: redis cluster primaries restarted in place from their AOF mid-
           60_000,
           `delivery after the queue's restart ${note}`,
         );
-        const source = await cluster.restartPrimaryOf(`{${prefix}:workflow}:source:workflow`, {
+        // Right after a commit of the source, so that the lost tail holds one (with the primary
+        // also hosting a busy shard queue, 256 KB can be less than the time between two commits).
+        const stateKey = `{${prefix}:workflow}:source:workflow`;
+        const before = await admin.hget(stateKey, 'cursor');
+        await eventually(
+          async () => (await admin.hget(stateKey, 'cursor')) !== before,
+          30_000,
+          `a commit of the workflow source ${note}`,
+          20,
+        );
+        const source = await cluster.restartPrimaryOf(stateKey, {
           loseLastBytes: LOST_BYTES,
         });
         const atSource = delivered();
@@ -101,6 +116,20 @@ describe(`bullmq: redis cluster primaries restarted in place from their AOF mid-
           },
         );
         const copies = lines().length - new Set(lines().map((c) => c.key)).size;
+        // Pages read again, their slices already queued, are not counted twice: the sink's
+        // backlog comes down to 0 once everything is delivered.
+        const keys = KeySpace.cluster(prefix, SHARDS);
+        const backlog = async () => {
+          let n = 0;
+          for (const shard of [0, 1])
+            n += Number((await admin.hget(backlogKey(keys.queueTag('file', shard)), 'file')) ?? 0);
+          return n;
+        };
+        await eventually(async () => (await backlog()) === 0, 20_000, `the backlog back at 0 ${note}`).catch(
+          async (err: Error) => {
+            throw new Error(`${err.message}: ${await backlog()}`);
+          },
+        );
         // The poller found Redis's cursor behind its own and read the forgotten pages again.
         const rewound = procs[0]!
           .logs()
@@ -119,6 +148,7 @@ describe(`bullmq: redis cluster primaries restarted in place from their AOF mid-
       } finally {
         clearInterval(live);
         trace.stop();
+        admin.disconnect();
       }
       const exits = await stopGracefully(procs, SHUTDOWN_MS);
       for (const exit of exits)

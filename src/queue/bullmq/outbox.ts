@@ -7,8 +7,10 @@
 //
 // Forwarding is idempotent: a queue's slot keeps a mark per outbox entry forwarded there (a zset,
 // score = the entry's sequence number), written in the same MULTI as the slice jobs and checked
-// under WATCH, so an entry lands in a queue once however often it is forwarded. Marks below the
-// oldest entry still in the outbox belong to dropped entries and are pruned on the way.
+// under WATCH, so an entry lands in a queue once however often it is forwarded. Marks of dropped
+// entries are pruned on the way, but only those of drops DROP_AFTER_MS old: a drop is a write on the
+// source's primary, and one that primary loses (a host crash before the fsync) brings its entries
+// back; their marks must still be there, or they would be queued again behind newer pages.
 //
 // Order: a holder forwards entries oldest first, all of one queue's slices in one MULTI, so each
 // queue gets a source's slices in feed order. A holder that lost its lease while frozen must not
@@ -16,11 +18,13 @@
 // each queue's slot keeps the highest source-lease token that forwarded there, and a lower one is
 // refused, which also marks this process's lease lost.
 import { randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
 import { Job, type Queue } from 'bullmq';
 import type { ChainableCommander, Redis } from 'ioredis';
 import { FeedsyncError, errorMessage } from '../../core/errors.js';
 import type { LeaseFence } from './lease.js';
 import { backlogKey, forwardedKey, forwardTokenKey, outboxKey, type KeySpace } from './names.js';
+import { nodeForKey, unwatchKey } from './redis.js';
 import { awaitReplicas } from './replication.js';
 import type { ChangeSlice } from './slice.js';
 
@@ -48,27 +52,35 @@ const BATCH = 20;
 
 // Drops the forwarded entries if the lease is still ours and the outbox still starts with them.
 // KEYS: outbox, lease key (the outbox when unfenced). ARGV: lease value ('' unfenced), the first
-// entry as read, how many.
+// entry as read, how many. 1 dropped, 0 the lease is not ours, 2 the outbox's head changed.
 const DROP = `
 if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
-if redis.call('LINDEX', KEYS[1], 0) ~= ARGV[2] then return 0 end
+if redis.call('LINDEX', KEYS[1], 0) ~= ARGV[2] then return 2 end
 redis.call('LTRIM', KEYS[1], tonumber(ARGV[3]), -1)
 return 1`;
 
 // Runs after the adds in the forwarding MULTI (which does not roll back a failed command): marks
-// the entries forwarded only if every job is there. KEYS: marks, token key, backlog hash, then the
-// job hashes. ARGV: oldest seq in the outbox, token ('' to leave it), sink, changes, then seq and
-// id of every entry forwarded.
+// the entries forwarded only if every job is there. A job counts in the sink's backlog only if this
+// MULTI created it (its timestamp is this forward's stamp): an add is a no-op for a job id the queue
+// still holds (a page read again after the source's primary lost it, under a new entry), and the
+// workers count each job out once. The token is only ever raised. KEYS: marks, token key, backlog
+// hash, then the job hashes. ARGV: prune marks below this seq, token, sink, stamp, then seq, id
+// and change count of every job's entry.
 const MARK = `
 for i = 4, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 0 then
     return redis.error_reply('job ' .. KEYS[i] .. ' was not added; not marked forwarded')
   end
 end
-for i = 5, #ARGV, 2 do redis.call('ZADD', KEYS[1], ARGV[i], ARGV[i + 1]) end
+local counted = 0
+for i = 4, #KEYS do
+  local at = 5 + (i - 4) * 3
+  redis.call('ZADD', KEYS[1], ARGV[at], ARGV[at + 1])
+  if redis.call('HGET', KEYS[i], 'timestamp') == ARGV[4] then counted = counted + tonumber(ARGV[at + 2]) end
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1])
-if ARGV[2] ~= '' then redis.call('SET', KEYS[2], ARGV[2]) end
-if tonumber(ARGV[4]) > 0 then redis.call('HINCRBY', KEYS[3], ARGV[3], ARGV[4]) end
+if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
+if counted > 0 then redis.call('HINCRBY', KEYS[3], ARGV[3], counted) end
 return 1`;
 
 export interface OutboxForwarder {
@@ -111,6 +123,22 @@ export function createOutboxForwarder(opts: {
   const dropAfterMs = opts.dropAfterMs ?? DROP_AFTER_MS;
   /** Per source: the outbox's head as this holder (under `token`) forwarded it. */
   const heads = new Map<string, { token: number; done: Forwarded[] }>();
+  /**
+   * Per source: this process's recent drops (every entry below `below` dropped, at `at`), and the
+   * seq below which marks may be pruned: that of the newest drop at least dropAfterMs old.
+   */
+  const drops = new Map<string, { floor: number; recent: { below: number; at: number }[] }>();
+  /** Job timestamps: each forward's own, so MARK can tell the jobs it created. */
+  let lastStamp = 0;
+  const stamp = (): number => (lastStamp = Math.max(Date.now(), lastStamp + 1));
+
+  /** Marks below this seq may go: their entries were dropped by drops old enough to be durable. */
+  function prunable(source: string, now: number): number {
+    const d = drops.get(source);
+    if (!d) return 0;
+    while (d.recent.length && now - d.recent[0]!.at >= dropAfterMs) d.floor = d.recent.shift()!.below;
+    return d.floor;
+  }
 
   async function forward(source: string, fence: LeaseFence | undefined): Promise<number> {
     const token = fence?.token ?? 0;
@@ -147,7 +175,7 @@ export function createOutboxForwarder(opts: {
       fresh.push(...added);
       if (added.length < BATCH) break;
     }
-    const now = Date.now();
+    const now = performance.now();
     for (const f of fresh) f.at = now;
     const all = [...done, ...fresh];
     let due = 0;
@@ -168,7 +196,7 @@ export function createOutboxForwarder(opts: {
       const newHere = fresh.some((f) =>
         f.entry.slices.some((sl) => keys.queueTag(sl.sink, sl.shard) === tag),
       );
-      await forwardTo(source, tag, items, all[0]!.seq, fence, newHere);
+      await forwardTo(source, tag, items, prunable(source, now), fence, newHere);
     }
     done.push(...fresh);
     if (due === 0) return 0;
@@ -181,8 +209,12 @@ export function createOutboxForwarder(opts: {
       done[0]!.raw,
       String(due),
     );
+    if (Number(ok) === 0) throw opts.fenced(source, 'the lease was lost while forwarding');
     if (Number(ok) !== 1)
-      throw opts.fenced(source, 'the outbox changed underneath its holder while forwarding');
+      throw new FeedsyncError(`the page outbox of ${source} changed underneath its holder`, true);
+    const d = drops.get(source) ?? { floor: 0, recent: [] };
+    d.recent.push({ below: done[due - 1]!.seq + 1, at: performance.now() });
+    drops.set(source, d);
     done.splice(0, due);
     return due;
   }
@@ -191,7 +223,7 @@ export function createOutboxForwarder(opts: {
     source: string,
     tag: string,
     items: { seq: number; id: string; slice: OutboxSlice }[],
-    oldest: number,
+    pruneBelow: number,
     fence: LeaseFence | undefined,
     /** Entries new to this holder go there: already in place, they may lack their replicas' WAIT. */
     newHere: boolean,
@@ -203,22 +235,25 @@ export function createOutboxForwarder(opts: {
     const client = (await queue.backend.client) as unknown as Redis;
     for (let attempt = 1; ; attempt++) {
       const epoch = opts.connectionEpoch();
+      // On a cluster the WATCH holds on one node's connection, which the client may replace (or the
+      // slot move) without a word: the MULTI must go out on that same connection.
+      const node = nodeForKey(connection, marks);
       // WATCH and both reads go out together on the one connection: the reads are under the WATCH.
       const [, stored, scores] = await Promise.all([
         connection.watch(marks, tokenKey),
         connection.get(tokenKey),
         connection.zmscore(marks, ...items.map((i) => i.id)),
       ]).catch(async (err: unknown) => {
-        await connection.unwatch().catch(() => undefined);
+        await unwatchKey(connection, marks).catch(() => undefined);
         throw err;
       });
       if (stored !== null && Number(stored) > token) {
-        await connection.unwatch();
+        await unwatchKey(connection, marks);
         throw opts.fenced(source, `token ${stored} forwards its pages now, ours is ${token}`);
       }
       const pending = items.filter((_, i) => scores[i] === null);
       if (pending.length === 0 && stored !== null && Number(stored) === token) {
-        await connection.unwatch();
+        await unwatchKey(connection, marks);
         // New entries all there already: an earlier try put them there, maybe with its WAIT falling
         // short: wait for the replicas now (a write of ours first, so the WAIT covers everything
         // written there before). Only checking held entries again: this holder waited for them.
@@ -230,18 +265,18 @@ export function createOutboxForwarder(opts: {
         return;
       }
       const tx = client.multi() as unknown as ChainableCommander;
+      const timestamp = stamp();
       await Promise.all(
         pending.map(({ slice }) =>
           new Job<ChangeSlice>(
             queue,
             'slice',
             { changes: slice.changes },
-            { ...opts.jobOptions, jobId: slice.jobId },
+            { ...opts.jobOptions, jobId: slice.jobId, timestamp },
             slice.jobId,
           ).addJob(tx as never),
         ),
       );
-      const changes = pending.reduce((n, i) => n + i.slice.changes.length, 0);
       tx.eval(
         MARK,
         3 + pending.length,
@@ -249,15 +284,15 @@ export function createOutboxForwarder(opts: {
         tokenKey,
         backlogKey(tag),
         ...pending.map((i) => queue.toKey(i.slice.jobId)),
-        String(oldest),
-        stored === null || Number(stored) < token ? String(token) : '',
+        String(pruneBelow),
+        String(token),
         items[0]!.slice.sink,
-        String(changes),
-        ...pending.flatMap((i) => [String(i.seq), i.id]),
+        String(timestamp),
+        ...pending.flatMap((i) => [String(i.seq), i.id, String(i.slice.changes.length)]),
       );
-      if (opts.connectionEpoch() !== epoch) {
+      if (opts.connectionEpoch() !== epoch || nodeForKey(connection, marks) !== node) {
         // Nothing was sent: a MULTI goes out at exec().
-        await connection.unwatch().catch(() => undefined);
+        await unwatchKey(connection, marks).catch(() => undefined);
         throw new FeedsyncError(`redis reconnected while forwarding pages of ${source}; retrying`, true);
       }
       const results = (await tx.exec()) as [Error | null, unknown][] | null;

@@ -38,6 +38,7 @@ import {
   type Keys,
 } from './names.js';
 import { createOutboxForwarder, outboxEntry } from './outbox.js';
+import { nodeForKey, unwatchKey } from './redis.js';
 import { awaitReplicas } from './replication.js';
 import type { ChangeSlice } from './slice.js';
 import { cursorFields, parseSeen } from './source-state.js';
@@ -262,6 +263,9 @@ export function createPageCommitter(opts: {
     // the page's jobs in while the cursor script refuses the cursor (orphan jobs delivered twice
     // once the next holder re-reads a different page). A renewal meanwhile aborts it too: retried.
     const watched = [...(fence ? [fence.tokenKey, fence.leaseKey] : []), knownKey];
+    // On a cluster the WATCH holds on one node's connection, which the client may replace (or the
+    // slot move) without a word: the EXEC must go out on that same connection.
+    const node = nodeForKey(connection, knownKey);
     const [, fenceValues, [cursor, seen, rewinds], generation, lagging] = await Promise.all([
       connection.watch(...watched),
       fence ? connection.mget(fence.tokenKey, fence.leaseKey) : undefined,
@@ -269,13 +273,13 @@ export function createPageCommitter(opts: {
       catchUp ? connection.hget(knownKey, catchUp.sink) : undefined,
       catchUp ? undefined : connection.hkeys(laggingKey(prefix, plan.source)),
     ]).catch(async (err: unknown) => {
-      if (watched.length) await connection.unwatch().catch(() => undefined);
+      if (watched.length) await unwatchKey(connection, knownKey).catch(() => undefined);
       throw err;
     });
     if (fence && fenceValues) {
       const [token, lease] = fenceValues;
       if (token !== String(fence.token) || lease !== fence.value) {
-        await connection.unwatch();
+        await unwatchKey(connection, knownKey);
         throw new LeaseFencedError(
           plan.source,
           token !== String(fence.token)
@@ -301,7 +305,7 @@ export function createPageCommitter(opts: {
         // A try that timed out on the caller's side may still have committed: Redis then holds
         // exactly this cursor, and committing again would count the page twice.
         if (cursor === String(plan.cursor) && seen === JSON.stringify(plan.seenAbove)) {
-          if (watched.length) await connection.unwatch();
+          if (watched.length) await unwatchKey(connection, knownKey);
           // The earlier try may have failed its own WAIT (or run on a connection since replaced):
           // the page counts as committed only once the replicas have it.
           await awaitReplicas(connection, minReplicas, `the page commit of ${plan.source}`, {
@@ -319,7 +323,7 @@ export function createPageCommitter(opts: {
             stored.cursor !== plan.from.cursor ||
             JSON.stringify(stored.seenAbove) !== JSON.stringify(plan.from.seenAbove)
           ) {
-            if (watched.length) await connection.unwatch();
+            if (watched.length) await unwatchKey(connection, knownKey);
             throw new PositionLost(plan.source, plan.from, stored);
           }
         }
@@ -416,7 +420,7 @@ export function createPageCommitter(opts: {
           String(plan.slices.length),
         );
       }
-      if (fence && connections !== epoch)
+      if ((fence && connections !== epoch) || nodeForKey(connection, knownKey) !== node)
         throw new FeedsyncError(
           `redis reconnected during the commit of ${plan.source}; retrying the page`,
           true,
@@ -465,7 +469,7 @@ export function createPageCommitter(opts: {
       if (catchUp) return ((results.at(-1)?.[1] ?? []) as (string | number)[]).map(Number);
       return 'committed';
     } catch (err) {
-      if (watched.length) await connection.unwatch().catch(() => undefined);
+      if (watched.length) await unwatchKey(connection, knownKey).catch(() => undefined);
       throw err;
     }
   }

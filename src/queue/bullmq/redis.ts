@@ -308,6 +308,20 @@ export function nodeForKey(client: Redis, key: string): Redis {
   return node;
 }
 
+/**
+ * UNWATCH where the WATCH of `key` went. On a cluster a keyless command goes to any primary, and a
+ * WATCH left behind on the right one aborts a later, unrelated EXEC there (a spurious race).
+ */
+export async function unwatchKey(client: Redis, key: string): Promise<void> {
+  let node = client;
+  try {
+    node = nodeForKey(client, key);
+  } catch {
+    // No slot map for it: whatever connection held the WATCH is being replaced.
+  }
+  await node.unwatch();
+}
+
 /** `fn` on every primary (one answer when not a cluster): checks of the server, not of a key. */
 export async function onEveryPrimary<T>(client: Redis, fn: (node: Redis) => Promise<T>): Promise<T[]> {
   if (!isCluster(client)) return [await fn(client)];
