@@ -90,6 +90,21 @@ async function queued(config: QueueConfig, sink: string): Promise<Change[][]> {
 /** Changes about 7 subjects, so that every shard gets some. */
 const page = (ids: number[]) => ids.map((id) => makeChange(id, { subject: `https://s/titles/${id % 7}` }));
 
+/** Commits with `p` a page of `count` events from `first` on (cursor: its last id) per pair, then closes it. */
+async function commitAll(p: BullmqProducer, ...pages: [first: number, count: number][]): Promise<void> {
+  try {
+    for (const [first, count] of pages)
+      await p.commitPage({
+        source: 'scheduling',
+        changes: page(range(first, count)),
+        cursor: first + count - 1,
+        seenAbove: [],
+      });
+  } finally {
+    await p.close();
+  }
+}
+
 async function fence(config: QueueConfig, token: number): Promise<LeaseFence> {
   const keys = KeySpace.cluster(config.prefix, config.shards);
   const tag = keys.of('scheduling');
@@ -117,13 +132,7 @@ function expectOnceInOrder(perShard: Change[][], ids: number[], shards = SHARDS)
 describe('page outbox on a Redis Cluster', () => {
   it('puts each change once, in feed order, into shard queues spread over the primaries', async () => {
     const config = queueConfig(cluster.url, { shards: SHARDS });
-    const p = producer(config);
-    try {
-      await p.commitPage({ source: 'scheduling', changes: page(range(1, 50)), cursor: 50, seenAbove: [] });
-      await p.commitPage({ source: 'scheduling', changes: page(range(51, 30)), cursor: 80, seenAbove: [] });
-    } finally {
-      await p.close();
-    }
+    await commitAll(producer(config), [1, 50], [51, 30]);
     const keys = KeySpace.cluster(config.prefix, SHARDS);
     for (const sink of SINKS) expectOnceInOrder(await queued(config, sink), range(1, 80));
     expect(await client.llen(outboxKey(keys, 'scheduling')), 'outbox emptied').toBe(0);
@@ -261,31 +270,11 @@ describe('page outbox on a Redis Cluster', () => {
     const config = queueConfig(cluster.url, { shards: SHARDS });
     const keys = KeySpace.cluster(config.prefix, SHARDS);
     // Forwarded, and still held (for a minute) when the process restarts with one sink and 2 shards.
-    const before = producer(config, undefined, 60_000);
-    try {
-      await before.commitPage({
-        source: 'scheduling',
-        changes: page(range(1, 50)),
-        cursor: 50,
-        seenAbove: [],
-      });
-    } finally {
-      await before.close();
-    }
+    await commitAll(producer(config, undefined, 60_000), [1, 50]);
     // Shard 3 of sink a lost its last writes meanwhile: the held page must still reach it.
     await wipeSlot(keys.queueTag('a', 3));
     const fewer = { ...config, shards: 2 };
-    const after = producer(fewer, undefined, 0, ['a']);
-    try {
-      await after.commitPage({
-        source: 'scheduling',
-        changes: page(range(51, 20)),
-        cursor: 70,
-        seenAbove: [],
-      });
-    } finally {
-      await after.close();
-    }
+    await commitAll(producer(fewer, undefined, 0, ['a']), [51, 20]);
     expect(await client.llen(outboxKey(keys, 'scheduling')), 'outbox emptied').toBe(0);
     // The first page where it was committed to, once: b's 4 shards, a's 4 (shard 3 again).
     expectOnceInOrder(await queued(config, 'b'), range(1, 50));

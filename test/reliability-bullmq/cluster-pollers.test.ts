@@ -20,6 +20,7 @@ import { processOf, SOURCES } from './standby-support.js';
 import {
   bullmqConfig,
   eventually,
+  expectClusterBacklogDrained,
   missingKeys,
   progressTrace,
   queuePrefix,
@@ -29,6 +30,7 @@ import {
   seedNote,
   sleep,
   stopGracefully,
+  subjectOrderProblems,
   testSeed,
   waitStarted,
   cliStarter,
@@ -182,6 +184,12 @@ describe(`scaled mode on a Redis Cluster: standby pollers and the page outbox ${
         );
         expect(handed, `changes handed to the sink, each once ${note}`).toBe(expected.length);
         expect(copies, `copies at the sink ${note}`).toBe(0);
+        // One worker: its file is the delivery order. Every subject's changes in feed order, which
+        // is id order for the scheduling feed (the workflow feed lists events by timestamp, which
+        // may differ from their ids' order: spec, GET /api/events).
+        const scheduling = delivered.filter((c) => c.key.startsWith('scheduling:'));
+        expect(subjectOrderProblems(scheduling), `per-subject order ${note}`).toEqual([]);
+        await expectClusterBacklogDrained(client, prefix, 'file', SHARDS, note);
         for (const p of [...polls, ...works])
           expect(p.text(), 'no password in logs').not.toContain('pollers-pw');
       } finally {

@@ -10,7 +10,6 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { backlogKey, KeySpace } from '../../src/queue/bullmq/names.js';
 import { createRedisConnection } from '../../src/queue/bullmq/redis.js';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { tempDir } from '../support/harness.js';
@@ -19,6 +18,7 @@ import { startRedisCluster, type RedisClusterSet } from '../support/redis-cluste
 import {
   bullmqConfig,
   eventually,
+  expectClusterBacklogDrained,
   missingKeys,
   progressTrace,
   queuePrefix,
@@ -116,20 +116,8 @@ describe(`bullmq: redis cluster primaries restarted in place from their AOF mid-
           },
         );
         const copies = lines().length - new Set(lines().map((c) => c.key)).size;
-        // Pages read again, their slices already queued, are not counted twice: the sink's
-        // backlog comes down to 0 once everything is delivered.
-        const keys = KeySpace.cluster(prefix, SHARDS);
-        const backlog = async () => {
-          let n = 0;
-          for (const shard of [0, 1])
-            n += Number((await admin.hget(backlogKey(keys.queueTag('file', shard)), 'file')) ?? 0);
-          return n;
-        };
-        await eventually(async () => (await backlog()) === 0, 20_000, `the backlog back at 0 ${note}`).catch(
-          async (err: Error) => {
-            throw new Error(`${err.message}: ${await backlog()}`);
-          },
-        );
+        // Pages read again, their slices already queued, are not counted twice.
+        await expectClusterBacklogDrained(admin, prefix, 'file', SHARDS, note);
         // The poller found Redis's cursor behind its own and read the forgotten pages again.
         const rewound = procs[0]!
           .logs()

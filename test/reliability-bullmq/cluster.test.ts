@@ -11,6 +11,8 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { pino } from 'pino';
+import { createRedisConnection } from '../../src/queue/bullmq/redis.js';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { tempDir } from '../support/harness.js';
 import { killAllCli, writeConfig } from '../support/process.js';
@@ -18,7 +20,9 @@ import { startRedisCluster, type RedisClusterSet } from '../support/redis-cluste
 import { metricsPortOf } from '../ops/support/cli.js';
 import {
   bullmqConfig,
+  clusterBacklogs,
   eventually,
+  expectClusterBacklogDrained,
   missingKeys,
   progressTrace,
   readJsonlFiles,
@@ -185,13 +189,19 @@ describe(`bullmq: redis cluster, slot migration and failover mid-drain ${note}`,
         () => readiness.length > 0 && readiness.at(-1)!.codes.every((c) => c === 200),
         30_000,
         `every process ready again ${note}`,
-      );
+      ).catch((err: Error) => {
+        throw new Error(
+          `${err.message}; unready:\n${[...unreadyWhy].map(([why, n]) => `×${n} ${why}`).join('\n')}`,
+        );
+      });
       clearInterval(sampler);
       const keysSeen = new Set(lines().map((c) => c.key));
       expect(keysSeen.has(wantScheduling) && keysSeen.has(wantWorkflow), 'live events of both sources').toBe(
         true,
       );
       const copies = lines().length - keysSeen.size;
+      const admin = createRedisConnection(cluster.url, 'admin', pino({ level: 'silent' }));
+      const atDrain = await clusterBacklogs(admin, prefix, 'file', 2);
       const unreadyMs = readiness.filter((r) => r.codes.some((c) => c !== 200)).length * 250;
       console.log(
         `redis cluster: sources on primaries ${owners.scheduling} / ${owners.workflow}, shard queues on ` +
@@ -200,6 +210,24 @@ describe(`bullmq: redis cluster, slot migration and failover mid-drain ${note}`,
           `${migrationStallMs} ms after it began; failover ${failover.failoverMs} ms, delivery resumed ` +
           `${stallMs} ms after the kill; lost 0, copies ${copies}, some process unready for ~${unreadyMs} ms` +
           [...unreadyWhy].map(([why, n]) => `\n  unready ×${n} ${why}`).join(''),
+      );
+      try {
+        await expectClusterBacklogDrained(
+          admin,
+          prefix,
+          'file',
+          2,
+          `(shard ${movedShard} migrated, the other failed over) ${note}`,
+        );
+      } finally {
+        admin.disconnect();
+      }
+      // A drift of the migrated queue's counter (seen in about half the runs) is reset once drained.
+      const resets = procs
+        .flatMap((p) => p.logs())
+        .filter((e) => /^the backlog counter of sink/.test(String(e.msg)));
+      console.log(
+        `backlog counters when every change was delivered: ${atDrain.join(', ')}; reset after draining: ${resets.map((e) => e.counted).join(', ') || 'none'}`,
       );
       expect(
         stallMs,

@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { rawConfig, readJsonl, type SourceOverrides } from '../support/harness.js';
 import { spawnCli, type CliProcess, type LogEntry } from '../support/process.js';
 import type { Change } from '../../src/core/change.js';
+import { backlogKey, KeySpace } from '../../src/queue/bullmq/names.js';
 import type { Sandbox } from '../../src/sandbox/index.js';
 
 /** Replay a failing run with FEEDSYNC_RELIABILITY_SEED=<seed printed in the failure>. */
@@ -297,4 +298,57 @@ export function seededShuffle<T>(items: readonly T[], random: () => number): T[]
     [out[i], out[j]] = [out[j]!, out[i]!];
   }
   return out;
+}
+
+/** A sink's backlog counters on a Redis Cluster, one per shard queue's slot. */
+export async function clusterBacklogs(
+  client: Redis,
+  prefix: string,
+  sink: string,
+  shards: number,
+): Promise<number[]> {
+  const keys = KeySpace.cluster(prefix, shards);
+  const out: number[] = [];
+  for (let shard = 0; shard < shards; shard++)
+    out.push(Number((await client.hget(backlogKey(keys.queueTag(sink, shard)), sink)) ?? 0));
+  return out;
+}
+
+/**
+ * Waits until a sink's backlog counters on a Redis Cluster are 0 once everything was delivered:
+ * each queued change counted in once and out once, or a drift reset by the pollers' check of
+ * drained queues (every 10 s).
+ */
+export async function expectClusterBacklogDrained(
+  client: Redis,
+  prefix: string,
+  sink: string,
+  shards: number,
+  what: string,
+): Promise<void> {
+  const counters = () => clusterBacklogs(client, prefix, sink, shards);
+  await eventually(
+    async () => (await counters()).every((n) => n === 0),
+    30_000,
+    `the backlog of ${sink} back at 0 ${what}`,
+  ).catch(async (err: Error) => {
+    throw new Error(`${err.message}: per shard ${(await counters()).join(', ')}`);
+  });
+}
+
+/**
+ * Changes of one subject handed over out of id order, in `changes` as delivered (one worker's
+ * file): at most `limit` of them. Id order is feed order for a feed listed by id (scheduling).
+ */
+export function subjectOrderProblems(changes: readonly Change[], limit = 10): string[] {
+  const last = new Map<string, number>();
+  const problems: string[] = [];
+  for (const c of changes) {
+    const subject = c.subject_url ?? c.key;
+    const before = last.get(subject);
+    if (before !== undefined && c.event_id < before)
+      problems.push(`${subject}: event ${c.event_id} delivered after ${before}`);
+    last.set(subject, Math.max(before ?? 0, c.event_id));
+  }
+  return problems.slice(0, limit);
 }
