@@ -189,6 +189,28 @@ describe('bullmq producer', () => {
       expect(await maxBacklogIn(config)).toBe(queuedChanges);
     }
   });
+  it("sets a drifted backlog counter to 0 once the sink's queues hold nothing, not before", async () => {
+    const config = queueConfig(redis.url, { shards: 2 });
+    const backlog = `{${config.prefix}}:backlog`;
+    // Queued but not delivered: a counter that says more is left alone while the queue holds jobs.
+    const busy = producerFor(config, [{ name: 'busy' }, { name: 'idle' }]);
+    await busy.commitPage({
+      source: 'scheduling',
+      changes: range(1, 10).map((id) => makeChange(id)),
+      cursor: 10,
+      seenAbove: [],
+    });
+    await inspector.hset(backlog, 'busy', 25);
+    await inspector.hset(backlog, 'idle', 0);
+    // Its queues drained, a counter off either way (a worker killed between delivery and its
+    // progress write; an online slot migration) goes back to 0.
+    await inspector.del(...(await inspector.keys(`{${config.prefix}}:idle.*`)));
+    await inspector.hset(backlog, 'idle', -7);
+    await busy.laggingSinks('scheduling');
+    expect(await inspector.hget(backlog, 'busy')).toBe('25');
+    expect(await inspector.hget(backlog, 'idle')).toBe('0');
+  });
+
   it('re-adding the same page (crash replay) creates no duplicate job and no duplicate delivery', async () => {
     const config = queueConfig(redis.url);
     const producer = producerFor(config, [{ name: 'file' }]);
