@@ -6,10 +6,11 @@
 // FAULT_SEED=n FAULT_SCENARIO=local|bullmq replays one run of the soak. Exit code 1 when any run
 // found an anomaly. The vitest global setup builds dist/ first.
 //
-// SOAK_SCENARIOS may also name `cluster`, `cluster-pollers` and `sentinel`: the Redis topology runs
-// of the test suite (test/reliability-bullmq/cluster.test.ts: slot migrations and a primary
-// failover mid-drain; cluster-pollers.test.ts: pollers killed and frozen while pages go through the
-// outbox; sentinel-failover.test.ts: a failover, then the old primary back) again and again, each
+// SOAK_SCENARIOS may also name `cluster`, `cluster-pollers`, `cluster-restart` and `sentinel`: the
+// Redis topology runs of the test suite (test/reliability-bullmq/cluster.test.ts: slot migrations
+// and a primary failover mid-drain; cluster-pollers.test.ts: pollers killed and frozen while pages
+// go through the outbox; cluster-restart.test.ts: primaries restarted in place with the tail of
+// their AOF cut; sentinel-failover.test.ts: a failover, then the old primary back) again and again, each
 // with a fresh seed (and RB_BACKLOG events per service, default 20000, where the test takes it), for
 // their share of SOAK_MINUTES.
 import { spawnSync } from 'node:child_process';
@@ -29,6 +30,7 @@ const all = (process.env.SOAK_SCENARIOS ?? 'local,bullmq')
 const TOPOLOGY = {
   cluster: 'test/reliability-bullmq/cluster.test.ts',
   'cluster-pollers': 'test/reliability-bullmq/cluster-pollers.test.ts',
+  'cluster-restart': 'test/reliability-bullmq/cluster-restart.test.ts',
   sentinel: 'test/reliability-bullmq/sentinel-failover.test.ts',
 };
 const faults = all.filter((x) => !(x in TOPOLOGY));
