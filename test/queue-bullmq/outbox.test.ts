@@ -317,6 +317,42 @@ describe('page outbox on a Redis Cluster', () => {
     }
   });
 
+  it('counts the jobs an earlier, failed forward of the same page added, and only those', async () => {
+    const config = queueConfig(cluster.url, { shards: 1 });
+    const keys = KeySpace.cluster(config.prefix, 1);
+    const tag = keys.queueTag('a', 0);
+    const queue = new Queue<ChangeSlice>(shardQueueName('a', 0), { connection: client, prefix: tag });
+    const at = Date.now() - 60_000;
+    // A try whose MARK failed left j1 in the queue, added for this entry (its timestamp), uncounted
+    // and unmarked; j0 is there from an earlier commit of the same page (another entry, counted).
+    await queue.add('slice', { changes: page([1, 2, 3]) }, { jobId: 'j1', timestamp: at });
+    await queue.add('slice', { changes: page([7, 8]) }, { jobId: 'j0', timestamp: at - 5_000 });
+    const slices = [
+      { sink: 'a', shard: 0, jobId: 'j0', changes: page([7, 8]) },
+      { sink: 'a', shard: 0, jobId: 'j1', changes: page([1, 2, 3]) },
+      { sink: 'a', shard: 0, jobId: 'j2', changes: page([4, 5, 6, 9]) },
+    ];
+    await client.rpush(outboxKey(keys, 'scheduling'), `1 ${JSON.stringify({ id: 'e1', at, slices })}`);
+    const forwarder = createOutboxForwarder({
+      connection: client,
+      keys,
+      queueOf: () => queue,
+      jobOptions: {},
+      minReplicasAcked: 0,
+      connectionEpoch: () => 0,
+      fenced: (source, detail) => new LeaseFencedError(source, detail),
+      dropAfterMs: 0,
+    });
+    try {
+      await expect(forwarder.forward('scheduling', undefined)).resolves.toBe(1);
+      expect(await queue.getJobCounts('wait')).toEqual({ wait: 3 });
+      // j1 (3 changes) and j2 (4); not j0, counted by the commit that added it.
+      expect(await client.hget(`${tag}:backlog`, 'a')).toBe('7');
+    } finally {
+      await queue.close();
+    }
+  });
+
   it('keeps the marks of a dropped page until the drop is old enough to have lasted', async () => {
     const config = queueConfig(cluster.url, { shards: SHARDS });
     const keys = KeySpace.cluster(config.prefix, SHARDS);

@@ -39,12 +39,22 @@ export interface OutboxSlice {
 interface Entry {
   /** Unique: a failover that loses the outbox's tail makes its sequence numbers be given again. */
   id: string;
+  /**
+   * When the page was committed (ms): the timestamp of the jobs forwarded from it, so a forward
+   * can tell the jobs of this entry from those of an earlier commit of the same page (same ids).
+   * Absent in entries of earlier versions.
+   */
+  at?: number;
   slices: OutboxSlice[];
 }
 
+/** Entry times, strictly increasing in a process: two commits of one page never share one. */
+let lastEntryAt = 0;
+
 /** The text of a new outbox entry; the commit script prefixes it with its sequence number. */
 export function outboxEntry(slices: OutboxSlice[]): string {
-  return JSON.stringify({ id: randomUUID(), slices } satisfies Entry);
+  lastEntryAt = Math.max(Date.now(), lastEntryAt + 1);
+  return JSON.stringify({ id: randomUUID(), at: lastEntryAt, slices } satisfies Entry);
 }
 
 /** Entries read from the outbox at a time. */
@@ -60,12 +70,13 @@ redis.call('LTRIM', KEYS[1], tonumber(ARGV[3]), -1)
 return 1`;
 
 // Runs after the adds in the forwarding MULTI (which does not roll back a failed command): marks
-// the entries forwarded only if every job is there. A job counts in the sink's backlog only if this
-// MULTI created it (its timestamp is this forward's stamp): an add is a no-op for a job id the queue
+// the entries forwarded only if every job is there. A job counts in the sink's backlog only if it
+// was added for this entry (its timestamp is the entry's): an add is a no-op for a job id the queue
 // still holds (a page read again after the source's primary lost it, under a new entry), and the
-// workers count each job out once. The token is only ever raised. KEYS: marks, token key, backlog
-// hash, then the job hashes. ARGV: prune marks below this seq, token, sink, stamp, then seq, id
-// and change count of every job's entry.
+// workers count each job out once. A job an earlier, failed try added for the same entry was not
+// counted then, and is now. The token is only ever raised. KEYS: marks, token key, backlog hash,
+// then the job hashes. ARGV: prune marks below this seq, token, sink, then seq, id, change count
+// and timestamp of every job's entry.
 const MARK = `
 for i = 4, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 0 then
@@ -74,13 +85,17 @@ for i = 4, #KEYS do
 end
 local counted = 0
 for i = 4, #KEYS do
-  local at = 5 + (i - 4) * 3
+  local at = 4 + (i - 4) * 4
+  if redis.call('HGET', KEYS[i], 'timestamp') == ARGV[at + 3] then counted = counted + tonumber(ARGV[at + 2]) end
+end
+-- A script is not rolled back: the count goes first, so a failure leaves no mark without it.
+if counted > 0 then redis.call('HINCRBY', KEYS[3], ARGV[3], counted) end
+for i = 4, #KEYS do
+  local at = 4 + (i - 4) * 4
   redis.call('ZADD', KEYS[1], ARGV[at], ARGV[at + 1])
-  if redis.call('HGET', KEYS[i], 'timestamp') == ARGV[4] then counted = counted + tonumber(ARGV[at + 2]) end
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1])
 if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
-if counted > 0 then redis.call('HINCRBY', KEYS[3], ARGV[3], counted) end
 return 1`;
 
 export interface OutboxForwarder {
@@ -128,9 +143,9 @@ export function createOutboxForwarder(opts: {
    * seq below which marks may be pruned: that of the newest drop at least dropAfterMs old.
    */
   const drops = new Map<string, { floor: number; recent: { below: number; at: number }[] }>();
-  /** Job timestamps: each forward's own, so MARK can tell the jobs it created. */
+  /** The timestamp of an entry's jobs; entries of earlier versions get one per forward. */
   let lastStamp = 0;
-  const stamp = (): number => (lastStamp = Math.max(Date.now(), lastStamp + 1));
+  const stampOf = (entry: Entry): number => entry.at ?? (lastStamp = Math.max(Date.now(), lastStamp + 1));
 
   /** Marks below this seq may go: their entries were dropped by drops old enough to be durable. */
   function prunable(source: string, now: number): number {
@@ -191,7 +206,7 @@ export function createOutboxForwarder(opts: {
       const items = all.flatMap((f) =>
         f.entry.slices
           .filter((slice) => keys.queueTag(slice.sink, slice.shard) === tag)
-          .map((slice) => ({ seq: f.seq, id: f.entry.id, slice })),
+          .map((slice) => ({ seq: f.seq, id: f.entry.id, stamp: stampOf(f.entry), slice })),
       );
       const newHere = fresh.some((f) =>
         f.entry.slices.some((sl) => keys.queueTag(sl.sink, sl.shard) === tag),
@@ -222,7 +237,7 @@ export function createOutboxForwarder(opts: {
   async function forwardTo(
     source: string,
     tag: string,
-    items: { seq: number; id: string; slice: OutboxSlice }[],
+    items: { seq: number; id: string; stamp: number; slice: OutboxSlice }[],
     pruneBelow: number,
     fence: LeaseFence | undefined,
     /** Entries new to this holder go there: already in place, they may lack their replicas' WAIT. */
@@ -265,14 +280,13 @@ export function createOutboxForwarder(opts: {
         return;
       }
       const tx = client.multi() as unknown as ChainableCommander;
-      const timestamp = stamp();
       await Promise.all(
-        pending.map(({ slice }) =>
+        pending.map(({ slice, stamp }) =>
           new Job<ChangeSlice>(
             queue,
             'slice',
             { changes: slice.changes },
-            { ...opts.jobOptions, jobId: slice.jobId, timestamp },
+            { ...opts.jobOptions, jobId: slice.jobId, timestamp: stamp },
             slice.jobId,
           ).addJob(tx as never),
         ),
@@ -287,8 +301,7 @@ export function createOutboxForwarder(opts: {
         String(pruneBelow),
         String(token),
         items[0]!.slice.sink,
-        String(timestamp),
-        ...pending.flatMap((i) => [String(i.seq), i.id, String(i.slice.changes.length)]),
+        ...pending.flatMap((i) => [String(i.seq), i.id, String(i.slice.changes.length), String(i.stamp)]),
       );
       if (opts.connectionEpoch() !== epoch || nodeForKey(connection, marks) !== node) {
         // Nothing was sent: a MULTI goes out at exec().
