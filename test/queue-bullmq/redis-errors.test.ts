@@ -97,6 +97,9 @@ describe('classifyRedisError', () => {
     expect(redisErrorHint(replyError('MOVED 1 h:1'))).toMatch(
       /Redis Cluster node behind a single-server URL \(name the cluster with redis\+cluster:\/\//,
     );
+    expect(redisErrorHint(replyError('CLUSTERDOWN The cluster is down'))).toBe(
+      'the Redis Cluster is down or failing over (CLUSTERDOWN); retried',
+    );
     expect(redisErrorHint(replyError('WRONGPASS x'))).toMatch(/rejected the credentials/);
     expect(redisErrorHint(coded('SELF_SIGNED_CERT_IN_CHAIN'))).toMatch(
       /not trusted: set queue\.redis_tls\.ca_file/,

@@ -81,6 +81,9 @@ const HINTS: Record<Exclude<RedisErrorKind, 'tls' | 'other'>, string> = {
 /** What the failure means and what to do about it, in one phrase (never the URL or a secret). */
 export function redisErrorHint(err: unknown, kind: RedisErrorKind = classifyRedisError(err)): string {
   if (kind === 'tls') return tlsHint(err);
+  // Only a cluster answers CLUSTERDOWN: a URL of the wrong form is not the cause there.
+  if (kind === 'moved' && /\bCLUSTERDOWN\b/.test(errorMessage(err)))
+    return 'the Redis Cluster is down or failing over (CLUSTERDOWN); retried';
   if (kind === 'other') return 'redis error';
   return HINTS[kind];
 }
