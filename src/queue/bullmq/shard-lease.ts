@@ -44,13 +44,16 @@ redis.call('HSET', KEYS[2], 'progress', ARGV[2])
 if done > before then redis.call('HINCRBY', KEYS[4], ARGV[4], before - done) end
 return 1`;
 // Takes the shard for one slice job, in one round trip. KEYS: shard lease, its token counter, the
-// job hash, the job lock. ARGV: owner, TTL, the job lock token. Returns {0, holder} while another
-// worker holds the shard; {-1} when the job is no longer this worker's (it waited for the shard
-// while another worker took the job over and maybe finished it: its Job object is stale); else
-// {token, lease value, the job's progress as Redis has it now}.
+// job hash, the job lock. ARGV: owner, TTL, the job lock token, '1' when a lease of this owner is
+// stale (nothing in this process holds it). Returns {0, holder} while another worker holds the
+// shard; {-1} when the job is no longer this worker's (it waited for the shard while another
+// worker took the job over and maybe finished it: its Job object is stale); else {token, lease
+// value, the job's progress as Redis has it now}.
 const TAKE = `
 local held = redis.call('GET', KEYS[1])
-if held then return {0, held} end
+if held and not (ARGV[4] == '1' and string.sub(held, (string.find(held, ' ', 1, true) or 0) + 1) == ARGV[1]) then
+  return {0, held}
+end
 if redis.call('GET', KEYS[4]) ~= ARGV[3] then return {-1} end
 local token = redis.call('INCR', KEYS[2])
 local value = token .. ' ' .. ARGV[1]
@@ -78,6 +81,14 @@ export interface ShardLeasesOptions {
 }
 
 export class ShardLeases {
+  /**
+   * The lease keys a slice delivery of this process holds now. A lease of this process's own in
+   * Redis that none holds was left by a delivery that ended while Redis was away (its release
+   * failed, e.g. across a failover, where the promoted replica has it): taken over at once rather
+   * than waited out for a whole TTL.
+   */
+  private readonly active = new Set<string>();
+
   constructor(private readonly opts: ShardLeasesOptions) {}
 
   /**
@@ -110,6 +121,7 @@ export class ShardLeases {
           owner,
           String(ttlMs),
           job.lockToken,
+          this.active.has(key) ? '0' : '1',
         )) as [number, string?, string?];
         const token = Number(reply[0]);
         if (token === -1) return 'not-ours';
@@ -166,6 +178,7 @@ export class ShardLeases {
     );
     renew.unref();
     const valid = (): boolean => !lost && !released && performance.now() - renewedAt < ttlMs * SELF_EXPIRY;
+    this.active.add(key);
     return {
       token,
       progress,
@@ -186,10 +199,11 @@ export class ShardLeases {
         );
         return Number(written) === 1;
       },
-      async release() {
+      release: async () => {
         if (released) return;
         released = true;
         clearInterval(renew);
+        this.active.delete(key);
         await connection.eval(RELEASE, 1, key, value).catch(() => undefined);
       },
     };
