@@ -15,7 +15,7 @@ import {
   shardOf,
   shardQueueName,
 } from '../../src/queue/bullmq/names.js';
-import { createOutboxForwarder } from '../../src/queue/bullmq/outbox.js';
+import { createOutboxForwarder, type OutboxForwarder } from '../../src/queue/bullmq/outbox.js';
 import { LeaseFencedError } from '../../src/queue/bullmq/page-commit.js';
 import { createBullmqProducer, type BullmqProducer } from '../../src/queue/bullmq/producer.js';
 import { createRedisConnection, unwatchKey, whenReady } from '../../src/queue/bullmq/redis.js';
@@ -85,6 +85,24 @@ async function queued(config: QueueConfig, sink: string): Promise<Change[][]> {
     await queue.close();
   }
   return out;
+}
+
+/** A bare forwarder on `connection` (no replicas, drops at once) putting slices where `queueOf` says. */
+function bareForwarder(
+  connection: Redis,
+  keys: KeySpace,
+  queueOf: (sink: string, shard: number) => Queue<ChangeSlice>,
+): OutboxForwarder {
+  return createOutboxForwarder({
+    connection,
+    keys,
+    queueOf,
+    jobOptions: {},
+    minReplicasAcked: 0,
+    connectionEpoch: () => 0,
+    fenced: (source, detail) => new LeaseFencedError(source, detail),
+    dropAfterMs: 0,
+  });
 }
 
 /** Changes about 7 subjects, so that every shard gets some. */
@@ -203,16 +221,7 @@ describe('page outbox on a Redis Cluster', () => {
     const entry = { id: 'e1', slices: [{ sink: 'a', shard: 0, jobId: 'j1', changes: page([1]) }] };
     await client.rpush(outboxKey(keys, 'scheduling'), `1 ${JSON.stringify(entry)}`);
     await client.set(forwardTokenKey(keys.queueTag('a', 0), 'scheduling'), '4');
-    const forwarder = createOutboxForwarder({
-      connection: client,
-      keys,
-      queueOf: () => queue,
-      jobOptions: {},
-      minReplicasAcked: 0,
-      connectionEpoch: () => 0,
-      fenced: (source, detail) => new LeaseFencedError(source, detail),
-      dropAfterMs: 0,
-    });
+    const forwarder = bareForwarder(client, keys, () => queue);
     try {
       await expect(forwarder.forward('scheduling', old)).rejects.toBeInstanceOf(LeaseFencedError);
       expect(await queue.getJobCounts('wait')).toEqual({ wait: 0 });
@@ -333,16 +342,7 @@ describe('page outbox on a Redis Cluster', () => {
       { sink: 'a', shard: 0, jobId: 'j2', changes: page([4, 5, 6, 9]) },
     ];
     await client.rpush(outboxKey(keys, 'scheduling'), `1 ${JSON.stringify({ id: 'e1', at, slices })}`);
-    const forwarder = createOutboxForwarder({
-      connection: client,
-      keys,
-      queueOf: () => queue,
-      jobOptions: {},
-      minReplicasAcked: 0,
-      connectionEpoch: () => 0,
-      fenced: (source, detail) => new LeaseFencedError(source, detail),
-      dropAfterMs: 0,
-    });
+    const forwarder = bareForwarder(client, keys, () => queue);
     try {
       await expect(forwarder.forward('scheduling', undefined)).resolves.toBe(1);
       expect(await queue.getJobCounts('wait')).toEqual({ wait: 3 });
@@ -440,16 +440,7 @@ describe('page outbox on a Redis Cluster', () => {
           get: (target, prop) => (prop === 'backend' ? backend : (Reflect.get(target, prop) as unknown)),
         });
       });
-      return createOutboxForwarder({
-        connection,
-        keys,
-        queueOf: (_sink, shard) => queues[shard]!,
-        jobOptions: {},
-        minReplicasAcked: 0,
-        connectionEpoch: () => 0,
-        fenced: (source, detail) => new LeaseFencedError(source, detail),
-        dropAfterMs: 0,
-      });
+      return bareForwarder(connection, keys, (_sink, shard) => queues[shard]!);
     };
     // One page with a slice for each shard of sink a.
     const changes = page(range(1, 10));
