@@ -55,8 +55,10 @@ interface Kill {
   round: number;
   phase: 'catch-up' | 'live';
   victim: Role;
-  /** Catch-up rounds first wait until this many backlog keys are delivered. */
+  /** Catch-up rounds of a worker first wait until this many backlog keys are delivered. */
   afterDelivered?: number;
+  /** The catch-up round of the poller first waits until its scheduling cursor is past this. */
+  afterCursor?: number;
   delayMs: number;
   /** Filled in once the victim is dead: the scheduling cursor and the keys delivered by then. */
   cursor?: number;
@@ -105,6 +107,7 @@ describe(`bullmq: poll + 2 work under a kill -9 loop ${note}`, () => {
       const backlog = sandboxKeys(sandbox);
       let expected = backlog;
       const maxScheduling = Math.max(...sandbox.events('scheduling').map((e) => e.id));
+      const minScheduling = Math.min(...sandbox.events('scheduling').map((e) => e.id));
       const start = (role: Role): CliProcess => {
         const [mode, id] = role === 'poll' ? ['poll', 'poll'] : ['work', role.slice(-1)];
         return spawnCli([mode], {
@@ -123,6 +126,7 @@ describe(`bullmq: poll + 2 work under a kill -9 loop ${note}`, () => {
             (k) =>
               `[${k.round} ${k.phase} ${k.victim}` +
               (k.afterDelivered !== undefined ? ` after ${k.afterDelivered} delivered +` : '') +
+              (k.afterCursor !== undefined ? ` after cursor ${k.afterCursor} +` : '') +
               ` ${k.delayMs} ms` +
               (k.cursor !== undefined
                 ? ` at +${k.atS} s, cursor ${k.cursor}/${maxScheduling}, ${k.delivered} delivered]`
@@ -150,10 +154,18 @@ describe(`bullmq: poll + 2 work under a kill -9 loop ${note}`, () => {
           );
         });
 
-      // The first three victims are a seeded permutation so every role dies whatever the seed; later
-      // ones are drawn freely, the poller only while it has kills left. Victims and delays depend
-      // on the seed alone (never on timing), so a seed replays the same plan.
-      const firstVictims = seededShuffle(ROLES, random);
+      // The first three victims are the poller, then the workers in a seeded order, so every role
+      // dies whatever the seed and the poller while it still reads the backlog (it reads it far
+      // faster than the workers deliver it: placed later, it could be done by then); later ones are
+      // drawn freely, the poller only while it has kills left. Victims and delays depend on the
+      // seed alone (never on timing), so a seed replays the same plan.
+      const firstVictims: Role[] = [
+        'poll',
+        ...seededShuffle(
+          ROLES.filter((r) => r !== 'poll'),
+          random,
+        ),
+      ];
       let pollerKills = 0;
       const decide = (round: number, phase: Kill['phase']): Kill => {
         const candidates = pollerKills < MAX_POLLER_KILLS ? ROLES : ROLES.filter((r) => r !== 'poll');
@@ -163,15 +175,26 @@ describe(`bullmq: poll + 2 work under a kill -9 loop ${note}`, () => {
         // fall inside the catch-up however long starts and restarts take; a share plainly
         // passed already means at once. Live moments are delays after the previous restart.
         const kill: Kill =
-          phase === 'catch-up'
+          phase === 'catch-up' && victim === 'poll'
             ? {
                 round,
                 phase,
                 victim,
-                afterDelivered: Math.floor(backlog.length * (0.03 + 0.15 * (round - 1 + random()))),
+                // A fifth to a half of the scheduling backlog read.
+                afterCursor: Math.floor(
+                  minScheduling + (maxScheduling - minScheduling) * (0.2 + 0.3 * random()),
+                ),
                 delayMs: Math.floor(random() * 300),
               }
-            : { round, phase, victim, delayMs: 200 + Math.floor(random() * 1300) };
+            : phase === 'catch-up'
+              ? {
+                  round,
+                  phase,
+                  victim,
+                  afterDelivered: Math.floor(backlog.length * (0.03 + 0.15 * (round - 1 + random()))),
+                  delayMs: Math.floor(random() * 300),
+                }
+              : { round, phase, victim, delayMs: 200 + Math.floor(random() * 1300) };
         kills.push(kill);
         return kill;
       };
@@ -183,6 +206,14 @@ describe(`bullmq: poll + 2 work under a kill -9 loop ${note}`, () => {
         const target = kill.afterDelivered;
         if (target !== undefined)
           await eventually(() => delivered() >= target, 60_000, `${target} keys delivered`, 100);
+        const cursorTarget = kill.afterCursor;
+        if (cursorTarget !== undefined)
+          await eventually(
+            async () => ((await cursors.read('scheduling')) ?? 0) >= cursorTarget,
+            60_000,
+            `the scheduling cursor past ${cursorTarget}`,
+            20,
+          );
         await sleep(kill.delayMs);
         const victim = procs[kill.victim];
         victim.signal('SIGKILL');
