@@ -39,6 +39,13 @@ describe('classifyRedisError', () => {
     ['MOVED', replyError('MOVED 3999 127.0.0.1:6381'), 'moved'],
     ['ASK', replyError('ASK 3999 127.0.0.1:6381'), 'moved'],
     ['CLUSTERDOWN', replyError('CLUSTERDOWN The cluster is down'), 'moved'],
+    [
+      'a TLS decode_error alert (a handshake cut by a failover)',
+      Object.assign(new Error('ssl3_read_bytes:tlsv1 alert decode error:SSL alert number 50'), {
+        code: 'ERR_SSL_TLSV1_ALERT_DECODE_ERROR',
+      }),
+      'unreachable',
+    ],
     ['READONLY', replyError("READONLY You can't write against a read only replica."), 'readonly'],
     ['refused', coded('ECONNREFUSED', 'connect ECONNREFUSED 127.0.0.1:6379'), 'unreachable'],
     ['timeout', coded('ETIMEDOUT', 'connect ETIMEDOUT'), 'unreachable'],

@@ -18,6 +18,7 @@ const READONLY = /\bREADONLY\b/;
 const TLS_CODE = /^(ERR_TLS_|ERR_SSL_|ERR_OSSL_|CERT_|UNABLE_TO_|SELF_SIGNED_|DEPTH_ZERO_|HOSTNAME_MISMATCH)/;
 const TLS_TEXT =
   /alert certificate required|alert handshake failure|alert bad certificate|wrong version number|packet length too long/i;
+const DECODE_ALERT = /ALERT_DECODE_ERROR|alert decode error/i;
 const UNREACHABLE_CODE = new Set([
   'ECONNREFUSED',
   'ECONNRESET',
@@ -57,6 +58,9 @@ export function classifyRedisError(err: unknown): RedisErrorKind {
   if (NOPERM.test(message)) return 'noperm';
   if (MOVED.test(message)) return 'moved';
   if (READONLY.test(message)) return 'readonly';
+  // A decode_error alert answers garbled bytes (a connection cut mid-handshake by a failover), never
+  // a certificate or setting: a transport fault, retried like any other.
+  if (DECODE_ALERT.test(`${code} ${message}`)) return 'unreachable';
   if (TLS_CODE.test(code) || TLS_TEXT.test(message)) return 'tls';
   if (UNREACHABLE_CODE.has(code) || UNREACHABLE_TEXT.test(message)) return 'unreachable';
   return 'other';
