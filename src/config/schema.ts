@@ -1,4 +1,4 @@
-// The configuration schema (README "Configuration"): strict objects, and the ONE place defaults live.
+// The configuration schema (docs/reference/configuration.md): strict objects, and the ONE place defaults live.
 // It validates an already env-substituted, *_file-resolved document; paths that depend on the
 // config file's location (module sinks) are resolved by load.ts after parsing.
 import { z } from 'zod';

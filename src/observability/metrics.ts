@@ -1,4 +1,4 @@
-// Every metric of README "Metrics", on one dedicated registry. Metrics are fed only by subscribing
+// Every metric of docs/operating.md "Metrics", on one dedicated registry. Metrics are fed only by subscribing
 // to PipelineEvents (the pipeline never calls a metric directly); queue gauges are read at
 // scrape time from the queue's own counts.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
