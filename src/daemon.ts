@@ -1,15 +1,22 @@
 // Composition root: sinks → queue driver → delivery → pollers, plus metrics and health. Each
 // acquired piece registers its releaser; stop() releases in reverse order within the budget.
 import type { Logger } from 'pino';
+import { backoffDelay, sleep } from './backoff.js';
 import type { FeedsyncConfig } from './config/types.js';
 import { errorMessage } from './core/errors.js';
 import { PipelineEvents } from './core/events.js';
-import { createLiveness, createReadiness } from './observability/health.js';
+import { createLiveness, createReadiness, type ReadinessCheck } from './observability/health.js';
 import { createMetrics } from './observability/metrics.js';
 import { readSinkPositions, sinkPositionPairs } from './observability/sink-positions-view.js';
 import { startHttpServer } from './observability/server.js';
 import { runPoller } from './pipeline/poller.js';
-import { modeDelivers, modePolls, type HeldLease, type QueueDriver } from './queue/driver.js';
+import {
+  modeDelivers,
+  modePolls,
+  type DriverContext,
+  type HeldLease,
+  type QueueDriver,
+} from './queue/driver.js';
 import { openQueueDriver } from './queue/drivers.js';
 import type { QueueAdmin, SinkRuntime } from './queue/queue.js';
 import { Releasers } from './releasers.js';
@@ -29,6 +36,13 @@ export interface DaemonOptions {
   version: string;
   /** Shared with the caller (the demo's progress line subscribes to it). */
   events?: PipelineEvents;
+  /** Aborted by a shutdown signal: a start still waiting for its queue gives up (StartAborted). */
+  signal?: AbortSignal;
+}
+
+/** startDaemon gave up because it was asked to stop before its queue opened: not a failure. */
+export class StartAborted extends Error {
+  override name = 'StartAborted';
 }
 
 export interface Daemon {
@@ -54,23 +68,34 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
 
   try {
     const sinks = modeDelivers(mode) ? await openSinks(opts, events, release) : [];
-    const driver = await openQueueDriver({ config, mode, sinks, events, logger });
-    release.add('queue driver', () => driver.close());
-    const { admin, delivery, sourceState, positions } = driver;
+    // The HTTP server listens before anything waits on Redis, so a queue that cannot be opened is a
+    // state /readyz names (and the liveness probe does not mistake for a hang), not a silent start.
+    let driver: QueueDriver | undefined = undefined;
+    let notOpen = `starting: opening the ${config.queue.driver} queue`;
+    const checks: Record<string, ReadinessCheck> = {
+      queue: () => {
+        if (driver) return true;
+        throw new Error(notOpen);
+      },
+    };
 
     const metrics = createMetrics({
       events,
       sources: polls ? config.sources.map((s) => s.name) : [],
       sinks: sinkNames,
       version: opts.version,
-      queueCounts: () => admin.counts(),
+      queueCounts: () => (driver ? driver.admin.counts() : Promise.reject(new Error(notOpen))),
       leading: () => [...leading],
       sinkHealth: () => sinkHealth(sinks),
       // Every mode: the positions live in the store or Redis, not in this process.
-      sinkPositions: sourceState
-        ? async (counts) =>
-            (await readSinkPositions(config, { sourceState, admin, positions }, { counts })).views
-        : undefined,
+      sinkPositions: async (counts) => {
+        const parts = driver?.sourceState && {
+          sourceState: driver.sourceState,
+          admin: driver.admin,
+          positions: driver.positions,
+        };
+        return parts ? (await readSinkPositions(config, parts, { counts })).views : [];
+      },
       sinkPairs: sinkPositionPairs(config),
       redis: config.queue.driver === 'bullmq',
       logger,
@@ -79,7 +104,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     const readiness = createReadiness({
       events,
       sources: polls ? config.sources.map((s) => ({ name: s.name, pollIntervalMs: s.poll_interval_ms })) : [],
-      checks: driver.checks,
+      checks,
     });
     const liveness = createLiveness();
     release.add('liveness', () => liveness.close?.());
@@ -93,15 +118,28 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     });
     release.add('http server', () => server.close());
 
+    const opened = await openDriverPatiently(
+      { config, mode, sinks, events, logger },
+      opts.signal,
+      (problem) => (notOpen = problem),
+      logger,
+    );
+    driver = opened;
+    release.add('queue driver', () => opened.close());
+    delete checks.queue;
+    Object.assign(checks, opened.checks);
+    const { admin, delivery } = opened;
+
     if (delivery) {
-      await delivery.start();
       // Registered after the sinks, so released before them: deliveries end, then sinks close.
+      // Before start(), which waits for Redis: a stop meanwhile stops what it started.
       release.add('delivery', () => delivery.stop(config.shutdown_timeout_ms));
+      await untilAborted(delivery.start(), opts.signal);
     }
 
     if (polls)
       pollers.push(
-        ...startPollers(opts, pollingParts(driver, mode), events, release, stopPolling.signal, leading),
+        ...startPollers(opts, pollingParts(opened, mode), events, release, stopPolling.signal, leading),
       );
     // Pollers stop first: nothing new is queued while deliveries drain.
     release.add('pollers', async () => {
@@ -121,7 +159,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     );
     let stopped: Promise<void> | undefined;
     const failed = new Promise<Error>((resolve) => {
-      const fatal = driver.fatal;
+      const fatal = opened.fatal;
       if (!fatal) return;
       const report = () => {
         const reason = fatal.reason instanceof Error ? fatal.reason : new Error(String(fatal.reason));
@@ -147,6 +185,57 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     await release.close();
     throw err;
   }
+}
+
+/**
+ * Opens the queue driver; with Redis, keeps trying while Redis is unreachable, misconfigured or
+ * refusing (each failure names its cause and the key to fix, in the log and through `report` in
+ * /readyz), since a Secret fixed or a Redis started later must not need a restart. The local
+ * store's failures (a path that cannot be opened) still fail the start: only the operator fixes them.
+ */
+async function openDriverPatiently(
+  ctx: DriverContext,
+  signal: AbortSignal | undefined,
+  report: (problem: string) => void,
+  logger: Logger,
+): Promise<QueueDriver> {
+  for (let attempt = 0; ; attempt++) {
+    if (signal?.aborted) throw new StartAborted('stopped before the queue opened');
+    const opening = openQueueDriver(ctx);
+    try {
+      return await untilAborted(opening, signal);
+    } catch (err) {
+      if (signal?.aborted) {
+        // The attempt may still open later: close what it opens.
+        opening
+          .then(
+            (d) => d.close(),
+            () => undefined,
+          )
+          .catch(() => undefined);
+        throw new StartAborted('stopped before the queue opened');
+      }
+      if (ctx.config.queue.driver !== 'bullmq') throw err;
+      const retryInMs = Math.max(1000, backoffDelay(attempt, 2000, 30_000));
+      const problem = errorMessage(err);
+      report(`the queue is not open: ${problem}`);
+      logger.error(
+        { err: problem, attempt: attempt + 1, retry_in_ms: retryInMs },
+        'cannot open the queue; retrying',
+      );
+      if (!(await sleep(retryInMs, signal))) throw new StartAborted('stopped before the queue opened');
+    }
+  }
+}
+
+function untilAborted<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return p;
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(new StartAborted('stopped before the queue opened'));
+    if (signal.aborted) return onAbort();
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
 }
 
 /** Each sink's own `healthy()`, bounded in time: a sink without one, or that throws, is judged by that. */

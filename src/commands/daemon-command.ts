@@ -1,6 +1,6 @@
 import { flushCompileCache } from 'node:module';
 import { boundHeapGrowth } from '../heap.js';
-import { startDaemon, type DaemonMode } from '../daemon.js';
+import { StartAborted, startDaemon, type DaemonMode } from '../daemon.js';
 import { handleShutdownSignals } from '../signals.js';
 import { version } from '../version.js';
 import { loadForCommand, type GlobalOptions } from './context.js';
@@ -10,18 +10,38 @@ export async function daemonCommand(mode: DaemonMode, opts: GlobalOptions): Prom
   boundHeapGrowth();
   const { loaded, logger } = loadForCommand(opts);
   const budget = loaded.config.shutdown_timeout_ms + 2000;
-  const starting = startDaemon({ config: loaded.config, configDir: loaded.dir, mode, logger, version });
-  // Signals are handled from the first moment: a SIGTERM while starting (e.g. waiting for Redis)
-  // waits for start-up within the budget, then stops what was started.
-  handleShutdownSignals(
-    () =>
-      withDeadline(
-        starting.then((daemon) => daemon.stop()),
-        budget,
-      ),
+  const stopStarting = new AbortController();
+  const starting = startDaemon({
+    config: loaded.config,
+    configDir: loaded.dir,
+    mode,
     logger,
-  );
-  const daemon = await starting;
+    version,
+    signal: stopStarting.signal,
+  });
+  // Signals are handled from the first moment: a SIGTERM while the queue is not open yet (Redis
+  // unreachable or refusing) gives up the start at once; one during the rest of start-up waits for
+  // it within the budget, then stops what was started.
+  handleShutdownSignals(() => {
+    stopStarting.abort();
+    return withDeadline(
+      starting.then(
+        (daemon) => daemon.stop(),
+        (err: unknown) => {
+          if (!(err instanceof StartAborted)) throw err;
+        },
+      ),
+      budget,
+    );
+  }, logger);
+  let daemon;
+  try {
+    daemon = await starting;
+  } catch (err) {
+    // Only a shutdown signal aborts the start; its handler exits 0.
+    if (err instanceof StartAborted) return;
+    throw err;
+  }
   // Another process owns what this one wrote (it was frozen past its lease): stop writing, exit 1.
   void daemon.failed.then(async () => {
     process.exitCode = 1;

@@ -262,11 +262,14 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
         () => handBack.abort(),
         Math.max(0, left() - Math.min(1_000, left() / 4)),
       );
-      // start() may still be waiting for an unreachable Redis; it checks `stopRequested` between steps.
-      const startSettled = await settledWithin(started ?? Promise.resolve(), left());
-      const graceful =
-        startSettled &&
-        (await settledWithin(Promise.allSettled(shardWorkers.map((s) => s.worker.close())), left()));
+      // start() may still be waiting for an unreachable Redis; it checks `stopRequested` between
+      // steps. A step stuck on Redis holds no delivery, so it is not waited for past a second: the
+      // workers it already started are closed gracefully all the same.
+      await settledWithin(started ?? Promise.resolve(), Math.min(left(), 1_000));
+      const graceful = await settledWithin(
+        Promise.allSettled(shardWorkers.map((s) => s.worker.close())),
+        left(),
+      );
       clearTimeout(handBackTimer);
       handBack.abort();
       if (!graceful) {

@@ -15,6 +15,7 @@ import {
   assertRedisCredentials,
   assertRedisPersists,
   assertRedisTopology,
+  assertSentinelKnowsMaster,
   checkRedisPolicy,
   redisAllowsInfo,
 } from './redis-preflight.js';
@@ -46,6 +47,7 @@ export async function createBullmqDriver(
   const polls = mode === 'run' || mode === 'poll';
   const delivers = mode === 'run' || mode === 'work';
   await assertRedisCredentials(endpoint, logger);
+  await assertSentinelKnowsMaster(endpoint, logger);
   // The topology check learns whether INFO is allowed; behind Sentinel (not checked there), ask.
   await assertRedisTopology(endpoint, logger);
   endpoint.infoRefused ??= !(await redisAllowsInfo(endpoint, logger));

@@ -1,7 +1,7 @@
 // What the driver checks before it opens its connections: credentials and TLS (a refusal there
 // never fixes itself, so start-up fails naming it instead of reconnecting forever), whether the
 // user may run INFO, the eviction policy, and whether Redis keeps its data across a restart.
-import type { Redis } from 'ioredis';
+import { Redis } from 'ioredis';
 import { connect as netConnect, type Socket } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import type { Logger } from 'pino';
@@ -85,6 +85,70 @@ export async function assertRedisCredentials(
           : `${key}: Redis at ${where} requires a password (${reply.slice(1)}): put user and password in the URL`,
       false,
     );
+}
+
+/**
+ * Behind Sentinel, everything waits on the sentinels naming the primary, and ioredis retries for
+ * ever whatever they answer: a password the sentinels want, or a master name they do not know,
+ * would leave the process waiting with nothing said. Ask the sentinels ourselves, in turn until one
+ * answers, and name the key to fix. Sentinels that do not answer are left to the connections'
+ * retries (and /readyz).
+ */
+export async function assertSentinelKnowsMaster(
+  endpoint: RedisEndpoint,
+  logger: Logger,
+  timeoutMs = 5_000,
+): Promise<void> {
+  if (multiHostKind(endpoint.url) !== 'sentinel') return;
+  const { hosts, tls, name } = parseMultiHostUrl(endpoint.url);
+  const where = redactRedisUrl(endpoint.url);
+  for (const { host, port } of hosts) {
+    const sentinel = new Redis({
+      host,
+      port,
+      ...(endpoint.sentinelPassword !== undefined && { password: endpoint.sentinelPassword }),
+      ...(tls && { tls: endpoint.tls ?? {} }),
+      lazyConnect: true,
+      enableReadyCheck: false,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => null,
+      connectTimeout: timeoutMs,
+      commandTimeout: timeoutMs,
+      enableOfflineQueue: false,
+    });
+    sentinel.on('error', () => undefined);
+    try {
+      await sentinel.connect();
+      const address = await sentinel.call('SENTINEL', 'get-master-addr-by-name', name ?? '');
+      if (address !== null) return;
+      const known = ((await sentinel.call('SENTINEL', 'masters').catch(() => [])) as unknown[])
+        .map((fields) => (Array.isArray(fields) ? fields[fields.indexOf('name') + 1] : undefined))
+        .filter((n): n is string => typeof n === 'string');
+      throw new FeedsyncError(
+        `queue.redis_url: the sentinels at ${where} know no master named "${name}" ` +
+          `(they monitor: ${known.length > 0 ? known.map((n) => `"${n}"`).join(', ') : 'none'}); ` +
+          'put the name of their "sentinel monitor" line after the last /',
+        false,
+      );
+    } catch (err) {
+      if (err instanceof FeedsyncError) throw err;
+      const kind = classifyRedisError(err);
+      if (kind === 'wrongpass' || /NOAUTH/i.test(errorMessage(err)))
+        throw new FeedsyncError(
+          endpoint.sentinelPassword === undefined
+            ? `queue.redis_sentinel_password: the sentinels at ${where} require a password (${errorMessage(err)}): set queue.redis_sentinel_password (their requirepass; the URL's password is the data nodes')`
+            : `queue.redis_sentinel_password: the sentinels at ${where} rejected it (${errorMessage(err)})`,
+          false,
+        );
+      if (kind === 'tls') throw err;
+      logger.debug(
+        { redis: where, sentinel: `${host}:${port}`, err: errorMessage(err) },
+        'sentinel did not answer',
+      );
+    } finally {
+      sentinel.disconnect();
+    }
+  }
 }
 
 interface CredentialTarget {
@@ -202,6 +266,12 @@ export async function assertRedisTopology(endpoint: RedisEndpoint, logger: Logge
   if (kind === 'cluster' && mode === 'standalone')
     throw new FeedsyncError(
       `queue.redis_url: ${where} is not a Redis Cluster (the server runs standalone): name it with redis://host:port`,
+      false,
+    );
+  if (mode === 'sentinel')
+    throw new FeedsyncError(
+      `queue.redis_url: ${where} is a Redis Sentinel, not a data node: name the sentinels and the ` +
+        'master with redis+sentinel://host:26379[,host:port…]/<master name> (rediss+sentinel:// for TLS)',
       false,
     );
   if (kind !== 'cluster' && mode === 'cluster')

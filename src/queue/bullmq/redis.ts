@@ -6,7 +6,7 @@ import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis'
 import type { ConnectionOptions } from 'node:tls';
 import type { Logger } from 'pino';
 import type { QueueConfig } from '../../config/types.js';
-import { FeedsyncError } from '../../core/errors.js';
+import { errorMessage, FeedsyncError } from '../../core/errors.js';
 import type { PipelineEvents } from '../../core/events.js';
 import { classifyRedisError } from './redis-errors.js';
 import { createRedisMonitor, instrumentRedis, type RedisMonitor } from './redis-monitor.js';
@@ -277,6 +277,9 @@ function createCluster(endpoint: RedisEndpoint, role: RedisRole, node: RedisOpti
     ...(tls && { dnsLookup: (address: string, done: (err: null, a: string) => void) => done(null, address) }),
     redisOptions: {
       ...perNode,
+      // A user that may not run INFO: each node connection's own ready check (INFO) would be
+      // refused and ioredis would print a warning to stderr for every connection it makes.
+      ...(endpoint.infoRefused && { enableReadyCheck: false }),
       ...(tls && { tls }),
       ...(parsed.username !== undefined && { username: parsed.username }),
       ...(parsed.password !== undefined && { password: parsed.password }),
@@ -414,6 +417,13 @@ export async function withClient<T>(
         true,
       );
     return await fn(client);
+  } catch (err) {
+    // ioredis says only that it gave up ("max retries per request"): name the server and the key.
+    if (err instanceof FeedsyncError || classifyRedisError(err) !== 'unreachable') throw err;
+    const url = redactRedisUrl(typeof target === 'string' ? target : target.url);
+    throw new FeedsyncError(`queue.redis_url: cannot reach Redis at ${url}: ${errorMessage(err)}`, true, {
+      cause: err,
+    });
   } finally {
     await closeRedis(client);
   }

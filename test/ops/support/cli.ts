@@ -31,3 +31,26 @@ export async function metricsPortOf(proc: CliProcess, timeoutMs = 20_000): Promi
   if (typeof entry.metrics_port !== 'number') throw new Error(`no metrics_port in ${JSON.stringify(entry)}`);
   return entry.metrics_port;
 }
+
+/**
+ * A daemon (`poll`, `work`) whose queue cannot be opened stays up, logs why on each try (the same
+ * text /readyz gives) and exits 0 on SIGTERM at once: returns that text once it matches `pattern`.
+ */
+export async function startBlockedBy(args: string[], pattern: RegExp, timeoutMs = 15_000): Promise<string> {
+  const p = spawnCli(args);
+  try {
+    const entry = await p.waitForLog(
+      (l) => l.msg === 'cannot open the queue; retrying' && pattern.test(String(l.err)),
+      timeoutMs,
+      `"cannot open the queue" naming ${pattern}`,
+    );
+    const stopped = Date.now();
+    const exit = await p.stop();
+    if (exit.code !== 0) throw new Error(`SIGTERM exited ${exit.code}, not 0`);
+    if (Date.now() - stopped > 4_000) throw new Error(`SIGTERM took ${Date.now() - stopped} ms`);
+    if (p.stderr().some((l) => l.trim() !== '')) throw new Error(`stderr: ${p.stderr().join('\n')}`);
+    return [String(entry.err), ...p.stdout()].join('\n');
+  } finally {
+    await p.stop(100);
+  }
+}
