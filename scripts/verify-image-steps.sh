@@ -76,6 +76,14 @@ mkdir -p "$CONTEXT"
 for f in package.json package-lock.json scripts/rebuild-approved.mjs tsconfig.json scripts/build.mjs \
   src/cli.ts config/kubernetes.yaml; do
   [[ -f "$CONTEXT/$f" ]] || fail "build context lacks $f (the Dockerfile COPYs it)"
+  # .dockerignore excludes everything (`*`) and lets in what the Dockerfile COPYs (`!path`): the
+  # file or one of its directories must be let in, or `docker build` fails where this replay,
+  # which takes the context from git, would not.
+  p="$f"
+  until grep -qxF "!$p" "$ROOT/.dockerignore"; do
+    [[ "$p" == */* ]] || fail ".dockerignore keeps $f out of the image's build context (the Dockerfile COPYs it)"
+    p="${p%/*}"
+  done
 done
 node "$CONTEXT/scripts/check-supply-chain.mjs" "$CONTEXT" >&2 ||
   fail "scripts/check-supply-chain.mjs: the lockfile, an install script or a base image is not pinned"

@@ -290,6 +290,21 @@ describe('scripts/rebuild-approved.mjs', () => {
   });
 });
 
+describe('Dockerfile build context', () => {
+  it('lets in every file the Dockerfile COPYs (.dockerignore excludes all else)', () => {
+    const ignore = readFileSync(join(root, '.dockerignore'), 'utf8').split('\n');
+    const sources = [
+      ...readFileSync(join(root, 'Dockerfile'), 'utf8').matchAll(/^COPY (?!--from)(.+) \S+$/gm),
+    ]
+      .flatMap((m) => m[1].split(/\s+/))
+      .map((src) => src.replace(/\/$/, ''));
+    expect(sources).toContain('scripts/rebuild-approved.mjs');
+    const letIn = (path: string): boolean =>
+      ignore.includes(`!${path}`) || (path.includes('/') && letIn(path.slice(0, path.lastIndexOf('/'))));
+    expect(sources.filter((src) => !letIn(src))).toEqual([]);
+  });
+});
+
 describe('scripts/refresh-base-images.sh', () => {
   // A copy of the script and the pinned files; `crane` answers for the registry (unreachable here).
   const dir = join(work, 'refresh');
