@@ -1,10 +1,14 @@
-# syntax=docker/dockerfile:1
 # feedsync container image: a build stage with the native toolchain, a slim runtime stage
 # without it. scripts/verify-image-steps.sh replays these steps without a Docker engine;
 # keep the two in step when changing either.
+# No `# syntax=` line: the builder's own Dockerfile frontend reads this file, so no frontend
+# image is pulled (one would have to be pinned by digest like the base images).
 
-ARG NODE_IMAGE=node:24-bookworm
-ARG NODE_RUNTIME_IMAGE=node:24-bookworm-slim
+# Base images pinned by digest (the tag only documents which one): a rebuild gets the same
+# bytes until the pins are refreshed on purpose with scripts/refresh-base-images.sh
+# (docs/supply-chain.md). scripts/check-supply-chain.mjs refuses a FROM without a digest.
+ARG NODE_IMAGE=node:24-bookworm@sha256:64af3819f9275802414d7cdc38c27e9d82bd564dec4d4da87d008255d36c63b4
+ARG NODE_RUNTIME_IMAGE=node:24-bookworm-slim@sha256:0e0ff40c39bc087845bfb27465a0df4ea419520094bc35842ff83dd8cbe6f9b6
 
 FROM ${NODE_IMAGE} AS build
 # The toolchain is for native modules without a binary for the platform: better-sqlite3 (13+)
@@ -17,11 +21,14 @@ WORKDIR /app
 # The image's bundled npm (11.x on node:24). npm >= 11.6.2 refuses a lockfile that lacks other
 # platforms' optional packages (npm/cli#8805); package-lock.json carries stub entries for them
 # (scripts/complete-lockfile.mjs), so `npm ci` accepts it. Dependencies first so this layer is
-# cached until the lockfile changes. --ignore-scripts because `prepare` would try to compile
-# TypeScript before the sources are copied; the native modules are then built explicitly.
+# cached until the lockfile changes. --ignore-scripts: no dependency's install script runs
+# except those package.json "allowScripts" approves, which scripts/rebuild-approved.mjs then
+# runs (`npm rebuild` of exactly those); and our own `prepare` would try to compile TypeScript
+# before the sources are copied.
 COPY package.json package-lock.json ./
+COPY scripts/rebuild-approved.mjs scripts/rebuild-approved.mjs
 RUN npm ci --ignore-scripts --no-audit --no-fund \
- && npm rebuild better-sqlite3 msgpackr-extract
+ && node scripts/rebuild-approved.mjs
 COPY tsconfig.json ./
 COPY scripts/build.mjs scripts/build.mjs
 # Only the product's sources: the benchmark (bench/) and the tests are not in the image.

