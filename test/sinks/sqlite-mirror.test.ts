@@ -7,6 +7,7 @@ import type { SqliteSinkConfig } from '../../src/config/types.js';
 import type { Change } from '../../src/core/change.js';
 import type { Sink } from '../../src/sinks/sink.js';
 import { openSqliteSink } from '../../src/sinks/sqlite-mirror.js';
+import { MIRROR_VERSION } from '../../src/sinks/sqlite-mirror-schema.js';
 import { describeSinkConformance } from '../../src/testing/conformance.js';
 import { BASE, makeChange, nextEventId, testContext } from './support/make-change.js';
 
@@ -149,7 +150,7 @@ describe('sqlite mirror sink', () => {
     );
     expect(name).toBe(change.subject!.name);
     expect(withReader(path, (db) => db.pragma('journal_mode', { simple: true }))).toBe('wal');
-    expect(withReader(path, (db) => db.pragma('user_version', { simple: true }))).toBe(2);
+    expect(withReader(path, (db) => db.pragma('user_version', { simple: true }))).toBe(MIRROR_VERSION);
   });
 
   it('never lets an older event overwrite a newer one', async () => {
