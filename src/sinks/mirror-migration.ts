@@ -53,5 +53,8 @@ export function logMigration(
     from === to ? `${mirror} mirror schema up to date` : `${mirror} mirror schema migrated`,
   );
   for (const report of result.reports)
-    logger[report.level]({ ...fields, version: report.version, ...report.counts }, `${mirror} ${report.message}`);
+    logger[report.level](
+      { ...fields, version: report.version, ...report.counts },
+      `${mirror} ${report.message}`,
+    );
 }

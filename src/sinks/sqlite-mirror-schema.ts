@@ -106,13 +106,21 @@ export function migrateMirror(db: Database.Database): MigrationResult {
     if (from < MIGRATIONS.length) db.pragma(`user_version = ${MIGRATIONS.length}`);
     return { from, to: MIGRATIONS.length, reports };
   });
-  const current = version();
-  if (current === MIGRATIONS.length) return { from: current, to: current, reports: [] };
-  const busy = db.pragma('busy_timeout', { simple: true }) as number;
-  db.pragma(`busy_timeout = ${Math.max(busy, MIGRATION_WAIT_MS)}`);
-  try {
-    return migrate.immediate();
-  } finally {
-    db.pragma(`busy_timeout = ${busy}`);
-  }
+  const result = ((): MigrationResult => {
+    const current = version();
+    if (current === MIGRATIONS.length) return { from: current, to: current, reports: [] };
+    const busy = db.pragma('busy_timeout', { simple: true }) as number;
+    db.pragma(`busy_timeout = ${Math.max(busy, MIGRATION_WAIT_MS)}`);
+    try {
+      return migrate.immediate();
+    } finally {
+      db.pragma(`busy_timeout = ${busy}`);
+    }
+  })();
+  // This connection read the schema when it opened the file; another process may have migrated it
+  // since. Reading the schema table checks the schema cookie and reloads it, so the statements
+  // prepared next are compiled against the tables as they are (else: an ON CONFLICT target that
+  // "does not match any PRIMARY KEY").
+  db.prepare('SELECT count(*) FROM sqlite_master').pluck().get();
+  return result;
 }

@@ -58,7 +58,10 @@ function sqliteMirror(): Mirror {
           .prepare(
             'SELECT source, subject_url, last_event_id, last_key, deleted, subject FROM subjects WHERE subject_url = ? ORDER BY source',
           )
-          .all(url) as (Omit<MirrorRow, 'deleted' | 'subject'> & { deleted: number; subject: string | null })[];
+          .all(url) as (Omit<MirrorRow, 'deleted' | 'subject'> & {
+          deleted: number;
+          subject: string | null;
+        })[];
         return rows.map((r) => ({
           ...r,
           deleted: r.deleted === 1,
