@@ -75,7 +75,7 @@ export async function openSqliteSink(
     if (db.pragma('journal_mode', { simple: true }) !== 'wal') db.pragma('journal_mode = WAL');
     // FULL: deliver() resolving means the row survives a power loss, not just a process crash.
     db.pragma('synchronous = FULL');
-    logMigration(ctx.logger, 'sqlite', { sink: config.name, path }, migrateMirror(db));
+    logMigration(ctx.logger, 'sqlite', { path }, migrateMirror(db));
   } catch (err) {
     throw new FeedsyncError(
       `sink "${config.name}": cannot open mirror database ${path}: ${errorMessage(err)}`,
