@@ -9,6 +9,7 @@ import { dirname, join } from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Change } from '../../src/core/change.js';
+import { RetryLaterError } from '../../src/core/errors.js';
 import { openPostgresSink, postgresSinkSchema } from '../../src/sinks/postgres.js';
 import { SCHEMA_VERSION } from '../../src/sinks/postgres-schema.js';
 import type { Sink } from '../../src/sinks/sink.js';
@@ -312,6 +313,47 @@ describe('postgres mirror: upgrade from rows keyed by subject_url', () => {
     const again = capturingContext('postgres', root);
     await (await open(schema, again.ctx)).close();
     expect(again.lines.map((l) => l.msg)).toEqual(['postgres mirror schema up to date']);
+  });
+
+  it('a role that may only write rows cannot migrate: it says what is needed, retries, and writes once the owner migrated', async () => {
+    const old = oldRows(BASE);
+    const schema = await oldSchema(old);
+    await admin.query(`CREATE ROLE ${schema}_rw LOGIN PASSWORD 'rw-pw';
+      GRANT USAGE ON SCHEMA ${schema} TO ${schema}_rw;
+      GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA ${schema} TO ${schema}_rw`);
+    const { ctx, lines } = capturingContext('postgres', root);
+    const rw = await openPostgresSink(
+      postgresSinkSchema.parse({
+        name: 'postgres',
+        type: 'postgres',
+        url: server.urlFor(`${schema}_rw`, 'rw-pw'),
+        schema,
+      }),
+      ctx,
+    );
+    try {
+      const change = about(old[0]!.subject_url, 'sched', 11);
+      const refused = await rw.deliver(change).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(refused).toBeInstanceOf(RetryLaterError);
+      expect((refused as Error).message).toMatch(/must be owner of table subjects.*needs their owner/);
+      expect(lines).toContainEqual(expect.objectContaining({ level: 50, problem: 'permission' }));
+      // Rolled back: the rows as they were, under their old source column.
+      expect(await rowsOf(schema)).toEqual(
+        old.map((r) => ({ ...expected(r), source: r.source })).sort(bySourceAndUrl),
+      );
+      // The owner starts once; the same sink then migrates nothing and writes.
+      await (await open(schema)).close();
+      await rw.deliver(change);
+      expect((await rowsOf(schema)).find((r) => r.subject_url === change.subject_url)).toMatchObject({
+        source: 'sched',
+        last_event_id: 11,
+      });
+    } finally {
+      await rw.close();
+    }
   });
 
   it('four sinks opening the same old schema at once: migrated once, nothing lost', async () => {
