@@ -157,6 +157,21 @@ describe.each([
     }
   });
 
+  it("one batch holding both sources' changes of one URL writes each source's row", async () => {
+    const mirror = make();
+    const sink = await mirror.open();
+    try {
+      const t = nextEventId();
+      await sink.deliverBatch!([change('a', t, 40), change('b', t, 7), change('a', t, 41)]);
+      expect((await mirror.rows(`${BASE}/api/titles/${t}`)).map((r) => [r.source, r.last_event_id])).toEqual([
+        ['a', 41],
+        ['b', 7],
+      ]);
+    } finally {
+      await sink.close();
+    }
+  });
+
   it("orders a workflow subject per source: A's year-9999 timestamp does not freeze B's row", async () => {
     const mirror = make();
     const sink = await mirror.open();
