@@ -233,6 +233,17 @@ describe('sqlite mirror sink', () => {
     expect(withReader(path, (db) => db.prepare('SELECT count(*) FROM subjects').pluck().get())).toBe(0);
   });
 
+  it('refuses a database written by a newer feedsync, naming what to do', async () => {
+    const sink = await openFresh();
+    await sink.close();
+    const db = new Database(path);
+    db.pragma(`user_version = ${MIRROR_VERSION + 1}`);
+    db.close();
+    await expect(openSqliteSink(config(path), testContext('sqlite', root))).rejects.toThrow(
+      `schema version ${MIRROR_VERSION + 1} is newer than this feedsync knows (${MIRROR_VERSION}): upgrade feedsync, or give this sink another path`,
+    );
+  });
+
   it('reopens an existing database without migrating it again', async () => {
     const sink = await openFresh();
     const change = about(9, 90);
