@@ -266,7 +266,7 @@ const HINTS: Partial<Record<Problem, string>> = {
   database: "check the database name in the sink's url",
   tls: "the server's certificate is not trusted: set the sink's ca_file to the CA that signed it (or reject_unauthorized: false to encrypt without verifying)",
   permission:
-    'grant the role USAGE on the schema and SELECT, INSERT, UPDATE on its tables (and CREATE on the schema, or on the database, to let feedsync create them; migrating tables of an earlier version needs their owner): see the README, "postgres mirror"',
+    'grant the role USAGE on the schema and SELECT, INSERT, UPDATE on its tables (and CREATE on the schema, or on the database, to let feedsync create them; migrating tables of an earlier version needs their owner): see docs/sinks.md, "postgres"',
   schema:
     "the mirror's tables are not what feedsync created: restore them, or drop the schema and let feedsync recreate it",
 };
