@@ -2,6 +2,12 @@
 // the versions, and for a migration that rewrites existing rows, what it did to them.
 import type { Logger } from 'pino';
 
+/** A migration: its SQL, and optionally a query counting (one row) what it does to existing rows. */
+export interface Migration {
+  sql: string;
+  survey?: { sql: string; report: (version: number, counts: Record<string, number>) => MigrationReport };
+}
+
 /** What a migration did to existing rows, counted in its transaction before it changed them. */
 export interface MigrationReport {
   version: number;

@@ -4,17 +4,16 @@
 // so any number of feedsync processes may open the same schema at once.
 import type { PoolClient } from 'pg';
 import { FeedsyncError } from '../core/errors.js';
-import { perSourceReport, type MigrationReport, type MigrationResult } from './mirror-migration.js';
+import {
+  perSourceReport,
+  type Migration,
+  type MigrationReport,
+  type MigrationResult,
+} from './mirror-migration.js';
 
 /** `"name"`: an identifier quoted for SQL (the schema name is validated too, this is belt and braces). */
 export function quoteIdent(name: string): string {
   return `"${name.replaceAll('"', '""')}"`;
-}
-
-/** A migration: its SQL, and optionally a query counting (one row) what it does to existing rows. */
-interface Migration {
-  sql: string;
-  survey?: { sql: string; report: (version: number, counts: Record<string, number>) => MigrationReport };
 }
 
 /** The source a row's last_key (`<source>:<event_id>`) names, when it has that form; else NULL. */

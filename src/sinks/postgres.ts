@@ -1,8 +1,9 @@
 // The PostgreSQL mirror sink: the sqlite mirror's model in a schema of a PostgreSQL database (one
 // row per (source, subject_url), a tombstone per deleted subject, a live_subjects view, optionally
-// the log of every change), written through a small pg pool. One transaction per batch: the fencing token
-// check and ONE multi-row INSERT … ON CONFLICT … DO UPDATE whose WHERE is the guard by position
-// in the source's feed, so each change applies at most once and in feed order whatever crashes.
+// the log of every change), written through a small pg pool. One transaction per batch: the
+// fencing token check and ONE multi-row INSERT … ON CONFLICT … DO UPDATE whose WHERE is the guard
+// by position in the source's feed, so each change applies at most once and in feed order
+// whatever crashes.
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { ConnectionOptions } from 'node:tls';

@@ -1,13 +1,12 @@
 // Numbered migrations of the mirror database, tracked in PRAGMA user_version. Append only: a
 // released migration is never edited, a change of schema is a new entry.
 import type Database from 'better-sqlite3';
-import { perSourceReport, type MigrationReport, type MigrationResult } from './mirror-migration.js';
-
-/** A migration: its SQL, and optionally a query counting (one row) what it does to existing rows. */
-interface Migration {
-  sql: string;
-  survey?: { sql: string; report: (version: number, counts: Record<string, number>) => MigrationReport };
-}
+import {
+  perSourceReport,
+  type Migration,
+  type MigrationReport,
+  type MigrationResult,
+} from './mirror-migration.js';
 
 /** The source a row's last_key (`<source>:<event_id>`) names, when it has that form; else NULL. */
 const KEY_SOURCE = `CASE WHEN instr(last_key, ':') > 1
