@@ -4,13 +4,25 @@
 // so any number of feedsync processes may open the same schema at once.
 import type { PoolClient } from 'pg';
 import { FeedsyncError } from '../core/errors.js';
+import {
+  perSourceReport,
+  type Migration,
+  type MigrationReport,
+  type MigrationResult,
+} from './mirror-migration.js';
 
 /** `"name"`: an identifier quoted for SQL (the schema name is validated too, this is belt and braces). */
 export function quoteIdent(name: string): string {
   return `"${name.replaceAll('"', '""')}"`;
 }
 
-const MIGRATIONS: readonly ((s: string) => string)[] = [
+/** The source a row's last_key (`<source>:<event_id>`) names, when it has that form; else NULL. */
+const KEY_SOURCE = `CASE WHEN split_part(last_key, ':', 1) <> ''
+    AND last_key = split_part(last_key, ':', 1) || ':' || last_event_id
+  THEN split_part(last_key, ':', 1) END`;
+
+/** Each entry: given the quoted schema name, the migration (its SQL alone, or with a survey). */
+const MIGRATIONS: readonly ((s: string) => string | Migration)[] = [
   // 1: one row per subject, tombstoned (deleted, subject NULL) rather than removed, so a late older
   // change cannot resurrect it; its position in the source's feed (last_event_id, and for the
   // workflow feed last_occurred_at) guards every write. The highest fencing token applied per lease
@@ -49,13 +61,30 @@ const MIGRATIONS: readonly ((s: string) => string)[] = [
       received_at   timestamptz NOT NULL DEFAULT now()
     );
     CREATE INDEX changes_subject_url ON ${s}.changes (subject_url);`,
+  // 2: one row per (source, subject_url): a source's changes never touch another source's rows
+  // (deletes, positions). Existing rows go to the source of their last change (perSourceReport);
+  // the key leads with subject_url, so lookups by it keep an index.
+  (s) => ({
+    sql: `
+      UPDATE ${s}.subjects SET source = ${KEY_SOURCE}
+        WHERE ${KEY_SOURCE} IS DISTINCT FROM source AND ${KEY_SOURCE} IS NOT NULL;
+      ALTER TABLE ${s}.subjects DROP CONSTRAINT subjects_pkey, ADD PRIMARY KEY (subject_url, source);`,
+    survey: {
+      sql: `
+        SELECT count(*)::int AS rows,
+               count(*) FILTER (WHERE key_source <> source)::int AS reattributed,
+               count(*) FILTER (WHERE key_source IS NULL)::int AS unattributed
+        FROM (SELECT source, ${KEY_SOURCE} AS key_source FROM ${s}.subjects) r`,
+      report: perSourceReport,
+    },
+  }),
 ];
 
 /** The schema version this feedsync writes. */
 export const SCHEMA_VERSION = MIGRATIONS.length;
 
 /** What the sink reads and writes, checked after migrating: a table someone else altered is named. */
-const EXPECTED: Record<string, { columns: string[]; key: string }> = {
+const EXPECTED: Record<string, { columns: string[]; key: string[] }> = {
   subjects: {
     columns: [
       'subject_url',
@@ -69,9 +98,9 @@ const EXPECTED: Record<string, { columns: string[]; key: string }> = {
       'updated_at',
       'deleted',
     ],
-    key: 'subject_url',
+    key: ['subject_url', 'source'],
   },
-  fences: { columns: ['scope', 'token'], key: 'scope' },
+  fences: { columns: ['scope', 'token'], key: ['scope'] },
   changes: {
     columns: [
       'key',
@@ -86,7 +115,7 @@ const EXPECTED: Record<string, { columns: string[]; key: string }> = {
       'subject_state',
       'change',
     ],
-    key: 'key',
+    key: ['key'],
   },
 };
 
@@ -98,12 +127,6 @@ export class NewerSchemaError extends FeedsyncError {
 /** The schema's tables are not what the migrations made (created or altered by someone else). */
 export class BadSchemaError extends FeedsyncError {
   override name = 'BadSchemaError';
-}
-
-export interface MigrationResult {
-  /** The version found before migrating (0: a new schema). */
-  from: number;
-  to: number;
 }
 
 /**
@@ -152,8 +175,16 @@ export async function migrate(
           `knows versions up to ${SCHEMA_VERSION}: upgrade feedsync, or give this sink another \`schema\``,
         false,
       );
+    const reports: MigrationReport[] = [];
     for (let v = from + 1; v <= SCHEMA_VERSION; v++) {
-      await client.query(MIGRATIONS[v - 1]!(s));
+      const step = MIGRATIONS[v - 1]!(s);
+      const migration = typeof step === 'string' ? { sql: step } : step;
+      // A new schema has no rows to report on.
+      if (migration.survey && from > 0) {
+        const found = await client.query(migration.survey.sql);
+        reports.push(migration.survey.report(v, found.rows[0] as Record<string, number>));
+      }
+      await client.query(migration.sql);
       await client.query(`INSERT INTO ${s}.schema_migrations (version, feedsync) VALUES ($1, $2)`, [
         v,
         feedsyncVersion,
@@ -161,34 +192,45 @@ export async function migrate(
     }
     await checkShape(client, schema);
     await client.query('COMMIT');
-    return { from, to: SCHEMA_VERSION };
+    return { from, to: SCHEMA_VERSION, reports };
   } catch (err) {
     await client.query('ROLLBACK').catch(() => undefined);
     throw err;
   }
 }
 
-/** Every table the sink uses has its columns and its single-column unique key (ON CONFLICT needs it). */
+/** Every table the sink uses has its columns and a unique key on its key columns (ON CONFLICT needs it). */
 async function checkShape(client: PoolClient, schema: string): Promise<void> {
   const s = quoteIdent(schema);
   const problems: string[] = [];
   for (const [table, want] of Object.entries(EXPECTED)) {
+    const relation = `${s}.${quoteIdent(table)}`;
     const cols = await client.query(
-      `SELECT a.attname AS name,
-              EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = a.attrelid AND i.indisunique
-                      AND i.indnatts = 1 AND i.indkey[0] = a.attnum) AS is_key
-       FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`,
-      [`${s}.${quoteIdent(table)}`],
+      `SELECT attname AS name FROM pg_attribute
+       WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped`,
+      [relation],
     );
-    const rows = cols.rows as { name: string; is_key: boolean }[];
-    if (rows.length === 0) {
+    const have = new Set((cols.rows as { name: string }[]).map((r) => r.name));
+    if (have.size === 0) {
       problems.push(`table ${schema}.${table} is missing`);
       continue;
     }
-    const have = new Map(rows.map((r) => [r.name, r.is_key]));
     const missing = want.columns.filter((c) => !have.has(c));
-    if (missing.length > 0) problems.push(`${schema}.${table} lacks column(s) ${missing.join(', ')}`);
-    else if (!have.get(want.key)) problems.push(`${schema}.${table}.${want.key} is not its primary key`);
+    if (missing.length > 0) {
+      problems.push(`${schema}.${table} lacks column(s) ${missing.join(', ')}`);
+      continue;
+    }
+    // The unique indexes' column sets (in name order: ON CONFLICT matches a set, not an order).
+    const keys = await client.query(
+      `SELECT array(SELECT a.attname::text FROM pg_attribute a
+                    WHERE a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) ORDER BY a.attname) AS columns
+       FROM pg_index i WHERE i.indrelid = to_regclass($1) AND i.indisunique
+         AND i.indpred IS NULL AND i.indexprs IS NULL`,
+      [relation],
+    );
+    const key = [...want.key].sort().join(',');
+    if (!(keys.rows as { columns: string[] }[]).some((r) => r.columns.join(',') === key))
+      problems.push(`${schema}.${table}'s primary key is not (${want.key.join(', ')})`);
   }
   if (problems.length > 0)
     throw new BadSchemaError(

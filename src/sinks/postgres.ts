@@ -1,8 +1,9 @@
 // The PostgreSQL mirror sink: the sqlite mirror's model in a schema of a PostgreSQL database (one
-// row per subject_url, a tombstone per deleted subject, a live_subjects view, optionally the log
-// of every change), written through a small pg pool. One transaction per batch: the fencing token
-// check and ONE multi-row INSERT … ON CONFLICT … DO UPDATE whose WHERE is the guard by position
-// in the source's feed, so each change applies at most once and in feed order whatever crashes.
+// row per (source, subject_url), a tombstone per deleted subject, a live_subjects view, optionally
+// the log of every change), written through a small pg pool. One transaction per batch: the
+// fencing token check and ONE multi-row INSERT … ON CONFLICT … DO UPDATE whose WHERE is the guard
+// by position in the source's feed, so each change applies at most once and in feed order
+// whatever crashes.
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { ConnectionOptions } from 'node:tls';
@@ -12,6 +13,7 @@ import { atLeastOne, nonEmpty, sinkCommonFields } from '../config/fields.js';
 import type { Change } from '../core/change.js';
 import { ConfigError, errorMessage, FeedsyncError, NeverError, RetryLaterError } from '../core/errors.js';
 import type { SinkDefinition } from './definition.js';
+import { logMigration } from './mirror-migration.js';
 import { BadSchemaError, migrate, NewerSchemaError, quoteIdent } from './postgres-schema.js';
 import type { DeliveryContext, DeliveryFence, Sink, SinkContext } from './sink.js';
 import { feedsyncVersion } from './version.js';
@@ -265,7 +267,7 @@ const HINTS: Partial<Record<Problem, string>> = {
   database: "check the database name in the sink's url",
   tls: "the server's certificate is not trusted: set the sink's ca_file to the CA that signed it (or reject_unauthorized: false to encrypt without verifying)",
   permission:
-    'grant the role USAGE on the schema and SELECT, INSERT, UPDATE on its tables (and CREATE on the schema, or on the database, to let feedsync create them): see docs/sinks.md, "postgres"',
+    'grant the role USAGE on the schema and SELECT, INSERT, UPDATE on its tables (and CREATE on the schema, or on the database, to let feedsync create them; migrating tables of an earlier version needs their owner): see docs/sinks.md, "postgres"',
   schema:
     "the mirror's tables are not what feedsync created: restore them, or drop the schema and let feedsync recreate it",
 };
@@ -333,10 +335,7 @@ class PostgresMirrorSink implements Sink {
         client = await this.checkout();
         const result = await migrate(client, this.schema, feedsyncVersion());
         this.migrated = true;
-        this.ctx.logger.info(
-          { schema: this.schema, from: result.from, to: result.to },
-          result.from === result.to ? 'postgres mirror schema up to date' : 'postgres mirror schema migrated',
-        );
+        logMigration(this.ctx.logger, 'postgres', { schema: this.schema }, result);
       } catch (err) {
         client?.release(true);
         client = undefined;
@@ -390,12 +389,14 @@ class PostgresMirrorSink implements Sink {
     const writes = (c: Change) => c.subject_url !== null && c.subject_state !== 'gone';
     const listed = this.config.changes ? unique : unique.filter(writes);
     if (listed.length === 0) return undefined;
+    // One row per (source, subject_url); a source name holds no NUL.
     const bySubject = new Map<string, number[]>();
     listed.forEach((c, i) => {
       if (!writes(c)) return;
-      const at = bySubject.get(c.subject_url!);
+      const row = `${c.source}\u0000${c.subject_url!}`;
+      const at = bySubject.get(row);
       if (at) at.push(i);
-      else bySubject.set(c.subject_url!, [i]);
+      else bySubject.set(row, [i]);
     });
     // A batch from the queue never holds two changes of one subject (one round). Otherwise they
     // apply one round each, oldest first, exactly as one-by-one deliveries would.
@@ -582,9 +583,9 @@ function upsertSql(s: string, logChanges: boolean): string {
            (c->>'event_id')::bigint, (c->>'occurred_at')::timestamptz, c->>'key',
            c->>'subject_state' = 'deleted', now()
     FROM batch WHERE n = ANY ($2::bigint[])
-    ORDER BY c->>'subject_url'
-    ON CONFLICT (subject_url) DO UPDATE SET
-      resource_type = excluded.resource_type, service = excluded.service, source = excluded.source,
+    ORDER BY c->>'subject_url', c->>'source'
+    ON CONFLICT (source, subject_url) DO UPDATE SET
+      resource_type = excluded.resource_type, service = excluded.service,
       subject = CASE WHEN ${versionOnly} THEN s.subject ELSE excluded.subject END,
       deleted = CASE WHEN ${versionOnly} THEN s.deleted ELSE excluded.deleted END,
       last_event_id = excluded.last_event_id, last_occurred_at = excluded.last_occurred_at,
@@ -595,7 +596,8 @@ function upsertSql(s: string, logChanges: boolean): string {
 /**
  * Newer by position in the source's feed: the scheduling feed lists by id; the workflow feed lists
  * by timestamp (its spec), so there a change is newer by (occurred_at, id) — a *_deleted event with
- * a lower id than the last change applied, but listed after it, must still apply.
+ * a lower id than the last change applied, but listed after it, must still apply. The conflict
+ * target is the row of the change's own source, so positions of one feed only are compared.
  */
 export const NEWER = `CASE WHEN excluded.service = 'workflow'
       THEN (excluded.last_occurred_at, excluded.last_event_id) > (s.last_occurred_at, s.last_event_id)

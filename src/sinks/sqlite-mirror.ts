@@ -1,7 +1,8 @@
-// The sqlite mirror sink: the current state of every subject, keyed by subject_url, in its own
-// SQLite file. A per-subject guard by position in the source's feed makes every change apply at
+// The sqlite mirror sink: the current state of every subject, keyed by (source, subject_url), in
+// its own SQLite file. A per-row guard by position in the source's feed makes every change apply at
 // most once and keeps a late (older) change from overwriting newer state; a fencing-token check in
-// the same transaction refuses the writes of a process that lost its lease.
+// the same transaction refuses the writes of a process that lost its lease. Every write is scoped
+// to the change's source: one source's changes (deletes, absurd positions) never reach another's rows.
 import Database from 'better-sqlite3';
 import { mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
@@ -10,13 +11,14 @@ import { nonEmpty, sinkCommonFields } from '../config/fields.js';
 import { errorMessage, FeedsyncError, RetryLaterError } from '../core/errors.js';
 import type { Change } from '../core/change.js';
 import type { SinkDefinition } from './definition.js';
+import { logMigration } from './mirror-migration.js';
 import type { DeliveryContext, Sink, SinkContext } from './sink.js';
+import { migrateMirror } from './sqlite-mirror-schema.js';
 
 /** A write under a fencing token lower than one the mirror already applied: a stale process. */
 class StaleWriterError extends RetryLaterError {
   override name = 'StaleWriterError';
 }
-import { migrateMirror } from './sqlite-mirror-schema.js';
 
 /** A `type: sqlite` entry of `sinks`. */
 export const sqliteSinkSchema = z.strictObject({
@@ -28,15 +30,18 @@ export type SqliteSinkConfig = z.output<typeof sqliteSinkSchema>;
 
 // Every statement upserts only when the row is new or the change is newer than what it holds:
 // the WHERE on the DO UPDATE branch is the version guard, so guard and write are one statement.
+// The conflict target is the row of the change's own source: its guard compares positions in one
+// feed only, and no change of another source can update (or tombstone) that row.
 const UPSERT_HEAD = `INSERT INTO subjects
   (subject_url, resource_type, service, source, subject, last_event_id, last_key, updated_at, deleted)
   VALUES (@subject_url, @resource_type, @service, @source, @subject, @event_id, @key, @occurred_at, @deleted)
-  ON CONFLICT (subject_url) DO UPDATE SET
+  ON CONFLICT (source, subject_url) DO UPDATE SET
     last_event_id = excluded.last_event_id, last_key = excluded.last_key, updated_at = excluded.updated_at`;
 // Newer by position in the feed: the scheduling feed lists by id; the workflow feed lists by
 // timestamp (its spec), so there a change is newer by (occurred_at, id) — a *_deleted event with a
 // lower id than the last change applied, but listed after it, must still apply. updated_at holds
-// the occurred_at of the change applied (UTC, milliseconds, Z: text order is time order).
+// the occurred_at of the change applied (UTC, milliseconds, Z: text order is time order). Positions
+// of one source's feed only are ever compared: the row is that source's.
 const NEWER = `WHERE CASE WHEN excluded.service = 'workflow'
     THEN (excluded.updated_at, excluded.last_event_id) > (subjects.updated_at, subjects.last_event_id)
     ELSE excluded.last_event_id > subjects.last_event_id END`;
@@ -44,7 +49,7 @@ const NEWER = `WHERE CASE WHEN excluded.service = 'workflow'
 const SQL = {
   // present and deleted replace the whole row; deleted keeps it as a tombstone (subject NULL).
   replace: `${UPSERT_HEAD}, resource_type = excluded.resource_type, service = excluded.service,
-    source = excluded.source, subject = excluded.subject, deleted = excluded.deleted ${NEWER}`,
+    subject = excluded.subject, deleted = excluded.deleted ${NEWER}`,
   // skipped only records that this event was seen: subject and deleted flag stay as they were.
   versionOnly: `${UPSERT_HEAD} ${NEWER}`,
 };
@@ -70,7 +75,7 @@ export async function openSqliteSink(
     if (db.pragma('journal_mode', { simple: true }) !== 'wal') db.pragma('journal_mode = WAL');
     // FULL: deliver() resolving means the row survives a power loss, not just a process crash.
     db.pragma('synchronous = FULL');
-    migrateMirror(db);
+    logMigration(ctx.logger, 'sqlite', { path }, migrateMirror(db));
   } catch (err) {
     throw new FeedsyncError(
       `sink "${config.name}": cannot open mirror database ${path}: ${errorMessage(err)}`,

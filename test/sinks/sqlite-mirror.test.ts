@@ -7,6 +7,7 @@ import type { SqliteSinkConfig } from '../../src/config/types.js';
 import type { Change } from '../../src/core/change.js';
 import type { Sink } from '../../src/sinks/sink.js';
 import { openSqliteSink } from '../../src/sinks/sqlite-mirror.js';
+import { MIRROR_VERSION } from '../../src/sinks/sqlite-mirror-schema.js';
 import { describeSinkConformance } from '../../src/testing/conformance.js';
 import { BASE, makeChange, nextEventId, testContext } from './support/make-change.js';
 
@@ -149,7 +150,7 @@ describe('sqlite mirror sink', () => {
     );
     expect(name).toBe(change.subject!.name);
     expect(withReader(path, (db) => db.pragma('journal_mode', { simple: true }))).toBe('wal');
-    expect(withReader(path, (db) => db.pragma('user_version', { simple: true }))).toBe(2);
+    expect(withReader(path, (db) => db.pragma('user_version', { simple: true }))).toBe(MIRROR_VERSION);
   });
 
   it('never lets an older event overwrite a newer one', async () => {
@@ -230,6 +231,17 @@ describe('sqlite mirror sink', () => {
     const sink = await openFresh();
     await sink.deliver(makeChange({ subject_url: null, subject_state: 'skipped' }));
     expect(withReader(path, (db) => db.prepare('SELECT count(*) FROM subjects').pluck().get())).toBe(0);
+  });
+
+  it('refuses a database written by a newer feedsync, naming what to do', async () => {
+    const sink = await openFresh();
+    await sink.close();
+    const db = new Database(path);
+    db.pragma(`user_version = ${MIRROR_VERSION + 1}`);
+    db.close();
+    await expect(openSqliteSink(config(path), testContext('sqlite', root))).rejects.toThrow(
+      `schema version ${MIRROR_VERSION + 1} is newer than this feedsync knows (${MIRROR_VERSION}): upgrade feedsync, or give this sink another path`,
+    );
   });
 
   it('reopens an existing database without migrating it again', async () => {
