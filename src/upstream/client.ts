@@ -20,7 +20,13 @@ import {
 import type { PipelineEvents } from '../core/events.js';
 import { createConnections, type Route } from './connections.js';
 import { decodeBody, type LinkRelMapper } from './decode.js';
-import { DigestChallengeError, DigestSession, parseDigestChallenge } from './digest.js';
+import {
+  DigestChallengeError,
+  DigestSession,
+  DigestTooWeakError,
+  parseDigestChallenge,
+  type DigestPolicy,
+} from './digest.js';
 import type { Representation } from '../core/resource.js';
 import { abortReason, send, type RawResponse } from './transport.js';
 
@@ -56,6 +62,8 @@ export interface UpstreamClientOptions {
   maxBodyBytes?: number;
   /** Forward proxy (http(s) URL, may carry user:password). Absent: HTTPS_PROXY / HTTP_PROXY / NO_PROXY. */
   proxy?: string;
+  /** The weakest Digest answered (sources[].digest_min, require_qop); absent: every form. */
+  digest?: DigestPolicy;
   /** PEM CA bundle that replaces the default trust store for this source's upstream TLS. */
   caFile?: string;
   /** PEM client certificate and key (mTLS); both or neither. */
@@ -78,6 +86,7 @@ export function sourceClientOptions(
     allowedOrigins: source.allowed_origins,
     maxBodyBytes: source.max_body_bytes,
     proxy: source.proxy,
+    digest: { min: source.digest_min, requireQop: source.require_qop },
     caFile: source.ca_file,
     certFile: source.cert_file,
     keyFile: source.key_file,
@@ -103,6 +112,8 @@ interface Origin {
   /** Direct or through a proxy; see connections.ts. */
   route: Route;
   digest: DigestSession;
+  /** Whether the RFC 2069 (no qop) warning was logged for this origin. */
+  warnedNoQop: boolean;
 }
 
 interface Target {
@@ -164,7 +175,8 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
     if (!o) {
       o = {
         route: connections.route(origin),
-        digest: new DigestSession({ username: opts.username, password: opts.password }),
+        digest: new DigestSession({ username: opts.username, password: opts.password }, opts.digest),
+        warnedNoQop: false,
       };
       origins.set(origin, o);
     }
@@ -233,11 +245,29 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
       if (o.digest.generation === basedOn) {
         // Our cached nonce (or no credentials at all) was refused: adopt the server's new challenge.
         // When the generation moved on, a concurrent request already did so: reuse its challenge.
+        let challenge;
         try {
-          stale = o.digest.onChallenge(res.headers['www-authenticate']).stale;
+          challenge = o.digest.onChallenge(res.headers['www-authenticate']);
         } catch (err) {
+          if (err instanceof DigestTooWeakError) {
+            throw new UpstreamAuthError(
+              t.display,
+              `source ${opts.source} refuses the 401's challenges: ${err.message}`,
+              false,
+              'weak_digest',
+            );
+          }
           const detail = err instanceof DigestChallengeError ? err.message : errorMessage(err);
           throw new UpstreamAuthError(t.display, `cannot answer the 401: ${detail}`);
+        }
+        stale = challenge.stale;
+        if (challenge.qop === undefined && !o.warnedNoQop) {
+          o.warnedNoQop = true;
+          opts.logger?.warn(
+            { source: opts.source, origin: t.origin },
+            'the server offers Digest only in the RFC 2069 form (no qop: no client nonce, no nonce count); ' +
+              'answered, as the dialects require; set require_qop: true on the source to refuse it',
+          );
         }
       } else {
         stale = isStale(res.headers['www-authenticate']);
@@ -290,6 +320,8 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
   function reported(err: unknown): unknown {
     if (err instanceof UpstreamRefusedError) {
       opts.events?.emit('upstream:refused', { source: opts.source, reason: err.reason, url: err.url });
+    } else if (err instanceof UpstreamAuthError && err.refusal !== undefined) {
+      opts.events?.emit('upstream:refused', { source: opts.source, reason: err.refusal, url: err.url });
     }
     return err;
   }
