@@ -25,6 +25,7 @@ import {
   DigestSession,
   DigestTooWeakError,
   parseDigestChallenge,
+  type DigestChallenge,
   type DigestPolicy,
 } from './digest.js';
 import type { Representation } from '../core/resource.js';
@@ -221,6 +222,34 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
     }
   }
 
+  /** A 401's challenge, adopted for the origin; UpstreamAuthError when it cannot or may not be answered. */
+  function adoptChallenge(o: Origin, t: Target, header: string | string[] | undefined): DigestChallenge {
+    let challenge: DigestChallenge;
+    try {
+      challenge = o.digest.onChallenge(header);
+    } catch (err) {
+      if (err instanceof DigestTooWeakError) {
+        throw new UpstreamAuthError(
+          t.display,
+          `source ${opts.source} refuses the 401's challenges: ${err.message}`,
+          false,
+          'weak_digest',
+        );
+      }
+      const detail = err instanceof DigestChallengeError ? err.message : errorMessage(err);
+      throw new UpstreamAuthError(t.display, `cannot answer the 401: ${detail}`);
+    }
+    if (challenge.qop === undefined && !o.warnedNoQop) {
+      o.warnedNoQop = true;
+      opts.logger?.warn(
+        { source: opts.source, origin: t.origin },
+        'the server offers Digest only without qop (RFC 2069: no client nonce, no nonce count); ' +
+          'answered; set require_qop: true on the source to refuse this form',
+      );
+    }
+    return challenge;
+  }
+
   /** GET with Digest handled: returns the first non-401 answer or throws UpstreamAuthError. */
   async function authenticatedGet(
     t: Target,
@@ -245,30 +274,7 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
       if (o.digest.generation === basedOn) {
         // Our cached nonce (or no credentials at all) was refused: adopt the server's new challenge.
         // When the generation moved on, a concurrent request already did so: reuse its challenge.
-        let challenge;
-        try {
-          challenge = o.digest.onChallenge(res.headers['www-authenticate']);
-        } catch (err) {
-          if (err instanceof DigestTooWeakError) {
-            throw new UpstreamAuthError(
-              t.display,
-              `source ${opts.source} refuses the 401's challenges: ${err.message}`,
-              false,
-              'weak_digest',
-            );
-          }
-          const detail = err instanceof DigestChallengeError ? err.message : errorMessage(err);
-          throw new UpstreamAuthError(t.display, `cannot answer the 401: ${detail}`);
-        }
-        stale = challenge.stale;
-        if (challenge.qop === undefined && !o.warnedNoQop) {
-          o.warnedNoQop = true;
-          opts.logger?.warn(
-            { source: opts.source, origin: t.origin },
-            'the server offers Digest only in the RFC 2069 form (no qop: no client nonce, no nonce count); ' +
-              'answered, as the dialects require; set require_qop: true on the source to refuse it',
-          );
-        }
+        stale = adoptChallenge(o, t, res.headers['www-authenticate']).stale;
       } else {
         stale = isStale(res.headers['www-authenticate']);
       }

@@ -124,8 +124,8 @@ describe('a floor the server reaches', () => {
       {
         obj: { source: 'sched', origin: new URL(server.url('/')).origin },
         msg:
-          'the server offers Digest only in the RFC 2069 form (no qop: no client nonce, no nonce count); ' +
-          'answered, as the dialects require; set require_qop: true on the source to refuse it',
+          'the server offers Digest only without qop (RFC 2069: no client nonce, no nonce count); ' +
+          'answered; set require_qop: true on the source to refuse this form',
       },
     ]);
   });
