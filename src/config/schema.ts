@@ -101,6 +101,11 @@ const sourceSchema = z.strictObject({
     .min(65536)
     .default(8 * 1024 * 1024),
   allowed_origins: z.array(origin).default([]),
+  // Digest over plain http off loopback: refused unless this says the network is trusted.
+  allow_insecure_http: z.boolean().default(false),
+  // Every form UPSTREAM-DIALECTS D1/D3 lists is answered by default; these raise the floor.
+  digest_min: z.enum(['md5', 'sha-256']).default('md5'),
+  require_qop: z.boolean().default(false),
   proxy: proxyUrl.optional(),
   ca_file: nonEmpty.optional(),
   cert_file: nonEmpty.optional(),
@@ -215,6 +220,21 @@ export const configSchema = z
           message: 'cert_file and key_file go together (a client certificate needs its key)',
         });
       }
+      if (!source.allow_insecure_http) {
+        const refuse = (url: string, path: (string | number)[]) =>
+          ctx.addIssue({
+            code: 'custom',
+            path: ['sources', i, ...path],
+            message:
+              `${new URL(url).origin} is plain http off loopback: the Digest exchange and every ` +
+              `response would cross the network readable and alterable; use https://, or set ` +
+              `sources[${i}].allow_insecure_http: true if the network to it is trusted`,
+          });
+        if (insecureRemote(source.base_url)) refuse(source.base_url, ['base_url']);
+        source.allowed_origins.forEach((allowed, j) => {
+          if (insecureRemote(allowed)) refuse(allowed, ['allowed_origins', j]);
+        });
+      }
       if (source.base_url.startsWith('https:')) {
         source.allowed_origins.forEach((allowed, j) => {
           if (!allowed.startsWith('http:')) return;
@@ -253,6 +273,22 @@ export const configSchema = z
       });
     });
   });
+
+/**
+ * http:// to a host that is not loopback (127.0.0.0/8, ::1, localhost): credentials and data
+ * would leave the machine in clear. Loopback is allowed: nothing crosses a network.
+ */
+function insecureRemote(value: string): boolean {
+  const url = parseUrl(value);
+  return url !== undefined && url.protocol === 'http:' && !isLoopbackHost(url.hostname);
+}
+
+function isLoopbackHost(hostname: string): boolean {
+  const host = hostname.toLowerCase().replace(/\.$/, '');
+  if (host === 'localhost' || host === '[::1]') return true;
+  // URL has already normalized any IPv4 spelling (0x7f.1, 2130706433) to dotted decimal.
+  return /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
+}
 
 function reportDuplicates(names: string[], list: string, what: string, ctx: z.RefinementCtx): void {
   const firstIndex = new Map<string, number>();

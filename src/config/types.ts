@@ -25,6 +25,12 @@ export interface SourceConfig {
   max_body_bytes: number;
   /** Origins besides base_url's that links may point to (credentials go there too). */
   allowed_origins: string[];
+  /** Accept a plain http:// base_url or allowed origin off loopback (credentials in clear). */
+  allow_insecure_http: boolean;
+  /** The weakest Digest algorithm answered: md5 (also MD5-sess) or sha-256 (SHA-256, SHA-256-sess). */
+  digest_min: 'md5' | 'sha-256';
+  /** Refuse the RFC 2069 form (a challenge without qop). */
+  require_qop: boolean;
   /** Forward proxy URL for this source; absent: HTTPS_PROXY / HTTP_PROXY / NO_PROXY. */
   proxy?: string;
   /** PEM files (absolute paths once loaded): CA bundle to trust, client certificate and key. */

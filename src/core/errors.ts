@@ -50,7 +50,10 @@ export class UpstreamHttpError extends FeedsyncError {
   }
 }
 
-/** 401 after a fresh digest challenge: the credentials are wrong. Retried slowly by the poller only. */
+/**
+ * 401 after a fresh digest challenge: the credentials are wrong, or the challenge cannot or may not
+ * be answered. Retried slowly by the poller only.
+ */
 export class UpstreamAuthError extends FeedsyncError {
   override name = 'UpstreamAuthError';
   constructor(
@@ -58,6 +61,8 @@ export class UpstreamAuthError extends FeedsyncError {
     detail: string,
     /** false when the server, not the credentials, is at fault (a stale-nonce loop). */
     credentials = true,
+    /** Set when feedsync refused the challenge itself (counted as a refusal). */
+    readonly refusal?: RefusalReason,
   ) {
     super(
       `authentication failed on GET ${url}: ${detail}${credentials ? " (check the source's username and password)" : ''}`,
@@ -86,6 +91,7 @@ export const REFUSAL_REASONS = [
   'foreign_origin',
   'insecure_link',
   'unusable_link',
+  'weak_digest',
 ] as const;
 export type RefusalReason = (typeof REFUSAL_REASONS)[number];
 

@@ -20,7 +20,14 @@ import {
 import type { PipelineEvents } from '../core/events.js';
 import { createConnections, type Route } from './connections.js';
 import { decodeBody, type LinkRelMapper } from './decode.js';
-import { DigestChallengeError, DigestSession, parseDigestChallenge } from './digest.js';
+import {
+  DigestChallengeError,
+  DigestSession,
+  DigestTooWeakError,
+  parseDigestChallenge,
+  type DigestChallenge,
+  type DigestPolicy,
+} from './digest.js';
 import type { Representation } from '../core/resource.js';
 import { abortReason, send, type RawResponse } from './transport.js';
 
@@ -56,6 +63,8 @@ export interface UpstreamClientOptions {
   maxBodyBytes?: number;
   /** Forward proxy (http(s) URL, may carry user:password). Absent: HTTPS_PROXY / HTTP_PROXY / NO_PROXY. */
   proxy?: string;
+  /** The weakest Digest answered (sources[].digest_min, require_qop); absent: every form. */
+  digest?: DigestPolicy;
   /** PEM CA bundle that replaces the default trust store for this source's upstream TLS. */
   caFile?: string;
   /** PEM client certificate and key (mTLS); both or neither. */
@@ -78,6 +87,7 @@ export function sourceClientOptions(
     allowedOrigins: source.allowed_origins,
     maxBodyBytes: source.max_body_bytes,
     proxy: source.proxy,
+    digest: { min: source.digest_min, requireQop: source.require_qop },
     caFile: source.ca_file,
     certFile: source.cert_file,
     keyFile: source.key_file,
@@ -103,6 +113,8 @@ interface Origin {
   /** Direct or through a proxy; see connections.ts. */
   route: Route;
   digest: DigestSession;
+  /** Whether the RFC 2069 (no qop) warning was logged for this origin. */
+  warnedNoQop: boolean;
 }
 
 interface Target {
@@ -164,7 +176,8 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
     if (!o) {
       o = {
         route: connections.route(origin),
-        digest: new DigestSession({ username: opts.username, password: opts.password }),
+        digest: new DigestSession({ username: opts.username, password: opts.password }, opts.digest),
+        warnedNoQop: false,
       };
       origins.set(origin, o);
     }
@@ -209,6 +222,34 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
     }
   }
 
+  /** A 401's challenge, adopted for the origin; UpstreamAuthError when it cannot or may not be answered. */
+  function adoptChallenge(o: Origin, t: Target, header: string | string[] | undefined): DigestChallenge {
+    let challenge: DigestChallenge;
+    try {
+      challenge = o.digest.onChallenge(header);
+    } catch (err) {
+      if (err instanceof DigestTooWeakError) {
+        throw new UpstreamAuthError(
+          t.display,
+          `source ${opts.source} refuses the 401's challenges: ${err.message}`,
+          false,
+          'weak_digest',
+        );
+      }
+      const detail = err instanceof DigestChallengeError ? err.message : errorMessage(err);
+      throw new UpstreamAuthError(t.display, `cannot answer the 401: ${detail}`);
+    }
+    if (challenge.qop === undefined && !o.warnedNoQop) {
+      o.warnedNoQop = true;
+      opts.logger?.warn(
+        { source: opts.source, origin: t.origin },
+        'the server offers Digest only without qop (RFC 2069: no client nonce, no nonce count); ' +
+          'answered; set require_qop: true on the source to refuse this form',
+      );
+    }
+    return challenge;
+  }
+
   /** GET with Digest handled: returns the first non-401 answer or throws UpstreamAuthError. */
   async function authenticatedGet(
     t: Target,
@@ -233,12 +274,7 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
       if (o.digest.generation === basedOn) {
         // Our cached nonce (or no credentials at all) was refused: adopt the server's new challenge.
         // When the generation moved on, a concurrent request already did so: reuse its challenge.
-        try {
-          stale = o.digest.onChallenge(res.headers['www-authenticate']).stale;
-        } catch (err) {
-          const detail = err instanceof DigestChallengeError ? err.message : errorMessage(err);
-          throw new UpstreamAuthError(t.display, `cannot answer the 401: ${detail}`);
-        }
+        stale = adoptChallenge(o, t, res.headers['www-authenticate']).stale;
       } else {
         stale = isStale(res.headers['www-authenticate']);
       }
@@ -290,6 +326,8 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
   function reported(err: unknown): unknown {
     if (err instanceof UpstreamRefusedError) {
       opts.events?.emit('upstream:refused', { source: opts.source, reason: err.reason, url: err.url });
+    } else if (err instanceof UpstreamAuthError && err.refusal !== undefined) {
+      opts.events?.emit('upstream:refused', { source: opts.source, reason: err.refusal, url: err.url });
     }
     return err;
   }

@@ -1,4 +1,5 @@
-// HTTP Digest authentication (RFC 7616, with RFC 2069 compatibility when no qop is offered).
+// HTTP Digest authentication (RFC 7616, with RFC 2069 compatibility when no qop is offered and the
+// source's DigestPolicy allows it).
 // Pure logic, no I/O: the HTTP client feeds challenges in and asks for Authorization headers.
 import { hash, randomUUID } from 'node:crypto';
 
@@ -102,42 +103,114 @@ function isParamAhead(input: string, from: number): boolean {
   return /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+\s*=(?!=)/.test(input.slice(from));
 }
 
-/** Pick and validate the Digest challenge among the challenges in a WWW-Authenticate header. */
-export function parseDigestChallenge(header: string | string[] | undefined): DigestChallenge {
+/**
+ * The weakest Digest a source accepts (sources[].digest_min, require_qop). A server, or anything on
+ * the path, chooses what it offers; without a floor it could always force the weakest mode.
+ */
+export interface DigestPolicy {
+  /** `sha-256`: MD5 and MD5-sess challenges are refused. */
+  min: 'md5' | 'sha-256';
+  /** Refuse the RFC 2069 form (no qop: no client nonce, no nonce count). */
+  requireQop: boolean;
+}
+
+/** Everything UPSTREAM-DIALECTS D1 and D3 list is answered (the config defaults). */
+export const ANY_DIGEST: DigestPolicy = { min: 'md5', requireQop: false };
+
+/**
+ * The challenges could be answered but the source's policy refuses all of them. Its message names
+ * what was offered and the keys that would accept it; the client turns it into a refusal.
+ */
+export class DigestTooWeakError extends DigestChallengeError {
+  override name = 'DigestTooWeakError';
+}
+
+/** At most this many offered challenges are described in an error (a 401 may list thousands). */
+const DESCRIBED_OFFERS = 4;
+
+/**
+ * Pick and validate the Digest challenge among the challenges in a WWW-Authenticate header.
+ *
+ * RFC 7616 has a server list its challenges in its order of preference; feedsync takes the
+ * strongest one it can answer and `policy` allows (SHA-256 before MD5, with qop before without),
+ * the server's order deciding only among equals: the order reaches us through whatever sits on
+ * the path, and a weaker choice buys nothing.
+ */
+export function parseDigestChallenge(
+  header: string | string[] | undefined,
+  policy: DigestPolicy = ANY_DIGEST,
+): DigestChallenge {
   if (header === undefined || (Array.isArray(header) && header.length === 0)) {
     throw new DigestChallengeError('401 without a WWW-Authenticate header');
   }
   const challenges = parseAuthenticateHeader(header).filter((c) => c.scheme.toLowerCase() === 'digest');
   if (challenges.length === 0) throw new DigestChallengeError('no Digest challenge in WWW-Authenticate');
-  // Prefer the strongest algorithm we support (RFC 7616 §3.7), among the challenges we can answer.
   const supported = challenges
     .map((c) => ({ c, hash: ALGORITHMS[(c.params.algorithm ?? 'MD5').toLowerCase()] }))
     .filter((x): x is { c: (typeof challenges)[number]; hash: DigestAlgorithm } => x.hash !== undefined);
   if (supported.length === 0) {
+    const offered = challenges.slice(0, DESCRIBED_OFFERS).map((c) => cut(c.params.algorithm ?? 'MD5'));
     throw new DigestChallengeError(
-      `unsupported digest algorithm(s): ${challenges.map((c) => c.params.algorithm).join(', ')}`,
+      `unsupported digest algorithm(s): ${offered.join(', ')}${challenges.length > DESCRIBED_OFFERS ? ', …' : ''}`,
     );
   }
-  supported.sort((a, b) => strength(b.hash) - strength(a.hash));
   // auth-int would force us to hash every body; we only GET, and servers offering only auth-int
   // are unheard of for this API, so such a challenge is skipped, or rejected clearly if alone.
-  const answerable = supported.find(({ c }) => c.params.qop === undefined || offersAuth(c.params.qop));
-  if (!answerable) throw new DigestChallengeError(`unsupported qop: ${supported[0]!.c.params.qop}`);
-  const { c, hash } = answerable;
+  const answerable = supported
+    .filter(({ c }) => c.params.qop === undefined || offersAuth(c.params.qop))
+    .map((x) => ({ ...x, qop: x.c.params.qop !== undefined }));
+  if (answerable.length === 0)
+    throw new DigestChallengeError(`unsupported qop: ${cut(supported[0]!.c.params.qop!)}`);
+  const allowed = answerable.filter((x) => strongEnough(x.hash, policy) && (x.qop || !policy.requireQop));
+  if (allowed.length === 0) throw tooWeak(answerable, policy);
+  allowed.sort((a, b) => rank(b) - rank(a));
+  const { c, hash, qop } = allowed[0]!;
   const { realm, nonce } = c.params;
   if (realm === undefined) throw new DigestChallengeError('Digest challenge without realm');
   if (nonce === undefined || nonce === '') throw new DigestChallengeError('Digest challenge without nonce');
-  const qop = c.params.qop !== undefined ? ('auth' as const) : undefined;
   return {
     realm,
     nonce,
     opaque: c.params.opaque,
     algorithm: c.params.algorithm,
     hash,
-    qop,
+    qop: qop ? 'auth' : undefined,
     stale: (c.params.stale ?? '').toLowerCase() === 'true',
     userhash: (c.params.userhash ?? '').toLowerCase() === 'true',
   };
+}
+
+function strongEnough(hash: DigestAlgorithm, policy: DigestPolicy): boolean {
+  return policy.min === 'md5' || strength(hash) >= strength('SHA-256');
+}
+
+/** Algorithm first, then qop: SHA-256 without qop still outranks MD5 with it. */
+function rank(x: { hash: DigestAlgorithm; qop: boolean }): number {
+  return strength(x.hash) * 2 + (x.qop ? 1 : 0);
+}
+
+function tooWeak(
+  offers: { hash: DigestAlgorithm; qop: boolean }[],
+  policy: DigestPolicy,
+): DigestTooWeakError {
+  const shown = offers
+    .slice(0, DESCRIBED_OFFERS)
+    .map((o) => `${o.hash} ${o.qop ? 'with qop=auth' : 'without qop'}`);
+  if (offers.length > DESCRIBED_OFFERS) shown.push(`${offers.length - DESCRIBED_OFFERS} more`);
+  // The keys that, relaxed, would accept one of the offers.
+  const keys: string[] = [];
+  if (policy.min !== 'md5' && offers.some((o) => !strongEnough(o.hash, policy))) keys.push('digest_min: md5');
+  if (policy.requireQop && offers.some((o) => !o.qop)) keys.push('require_qop: false');
+  return new DigestTooWeakError(
+    `the server offers only ${shown.join(', ')}, weaker than the source accepts ` +
+      `(digest_min: ${policy.min}, require_qop: ${policy.requireQop}); ` +
+      `only if nothing on the path can alter the challenge, set ${keys.join(' or ')} on the source`,
+  );
+}
+
+/** Upstream text in an error message: its start only. */
+function cut(text: string): string {
+  return text.length > 40 ? `${text.slice(0, 40)}…` : text;
 }
 
 function offersAuth(qop: string): boolean {
@@ -229,6 +302,7 @@ export class DigestSession {
 
   constructor(
     private readonly creds: DigestCredentials,
+    private readonly policy: DigestPolicy = ANY_DIGEST,
     // randomUUID draws from a cached entropy pool: a fresh randomBytes() per request showed up in
     // profiles. 122 random bits are plenty for a client nonce.
     private readonly makeCnonce: () => string = () => randomUUID().replaceAll('-', ''),
@@ -259,7 +333,7 @@ export class DigestSession {
 
   /** A 401's WWW-Authenticate: adopt its nonce (stale or not) and restart counting. */
   onChallenge(header: string | string[] | undefined): DigestChallenge {
-    const challenge = parseDigestChallenge(header);
+    const challenge = parseDigestChallenge(header, this.policy);
     const previous = this.challenge;
     this.challenge = challenge;
     this.gen += 1;

@@ -54,7 +54,8 @@ describe('example configs', () => {
     writeFileSync(join(secrets, 'redis-url'), 'redis://:redis-pw@feedsync-redis:6379/0\n');
     writeFileSync(join(secrets, 'scheduling-password'), 'k8s-sched-pw\n');
     writeFileSync(join(secrets, 'workflow-password'), 'k8s-wf-pw\n');
-    writeFileSync(join(secrets, 'webhook-secret'), 'k8s-hook\n');
+    writeFileSync(join(secrets, 'catalog-hook-secret'), 'k8s-hook-catalog\n');
+    writeFileSync(join(secrets, 'jobs-hook-secret'), 'k8s-hook-jobs\n');
     const text = readFileSync(join(CONFIG_DIR, 'kubernetes.yaml'), 'utf8');
     expect(text).toContain('/etc/feedsync/secrets/');
     const relocated = text.replaceAll('/etc/feedsync/secrets/', `${secrets}/`);
@@ -65,7 +66,13 @@ describe('example configs', () => {
       redis_url: 'redis://:redis-pw@feedsync-redis:6379/0',
     });
     expect(config.sources.map((s) => s.password)).toEqual(['k8s-sched-pw', 'k8s-wf-pw']);
-    expect(collectSecrets(config)).toEqual(expect.arrayContaining(['redis-pw', 'k8s-hook', 'k8s-sched-pw']));
+    expect(collectSecrets(config)).toEqual(
+      expect.arrayContaining(['redis-pw', 'k8s-hook-catalog', 'k8s-hook-jobs', 'k8s-sched-pw']),
+    );
+    expect(config.sources.map((s) => new URL(s.base_url).protocol)).toEqual(['https:', 'https:']);
+    // One secret per receiver (docs/webhook-signatures.md).
+    const hooks = config.sinks.filter((s) => s.type === 'webhook');
+    expect(new Set(hooks.map((s) => s.secret)).size).toBe(hooks.length);
     expect(JSON.stringify(redactConfig(config))).not.toMatch(/redis-pw|k8s-/);
   });
 

@@ -53,6 +53,9 @@ describe('defaults', () => {
       compression: true,
       max_body_bytes: 8 * 1024 * 1024,
       allowed_origins: [],
+      allow_insecure_http: false,
+      digest_min: 'md5',
+      require_qop: false,
     });
     const noFilter = { sources: [], services: [], event_types: [], resource_types: [] };
     expect(config.sinks).toEqual([

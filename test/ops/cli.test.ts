@@ -82,6 +82,12 @@ describe.concurrent('check-config (child process)', () => {
       { OPS_TEST_PASSWORD: SOURCE_PASSWORD },
       /sources\[0\]\.base_url/,
     ],
+    [
+      'Digest over plain http off loopback',
+      (c) => ((c.sources as Record<string, unknown>[])[0]!.base_url = 'http://scheduling.example.com/s'),
+      { OPS_TEST_PASSWORD: SOURCE_PASSWORD },
+      /sources\[0\]\.base_url: http:\/\/scheduling\.example\.com is plain http off loopback.*sources\[0\]\.allow_insecure_http: true/,
+    ],
   ];
   for (const [what, mutate, env, keyPath] of bad) {
     it(`exits 2 naming the key path for ${what}, without echoing secrets`, async () => {

@@ -35,6 +35,9 @@ const source = (over: Partial<SourceConfig> = {}): SourceConfig => ({
   compression: true,
   max_body_bytes: 8 * 1024 * 1024,
   allowed_origins: [],
+  allow_insecure_http: false,
+  digest_min: 'md5',
+  require_qop: false,
   ...over,
 });
 const ev = (id: number, type: string, subject: string): Resource => ({

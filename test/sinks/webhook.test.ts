@@ -79,7 +79,8 @@ describe('webhook sink', () => {
     const sink = await openSink({ secret: undefined });
     receiver.mode = { kind: 'status', status: 204 };
     await sink.deliver(makeChange());
-    expect(lastRequest().headers['x-feedsync-signature']).toBeUndefined();
+    for (const name of ['x-feedsync-signature', 'webhook-id', 'webhook-timestamp', 'webhook-signature'])
+      expect(lastRequest().headers[name], name).toBeUndefined();
   });
 
   it('reads Retry-After as seconds or as an HTTP date', async () => {

@@ -1,8 +1,10 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import {
+  ANY_DIGEST,
   DigestChallengeError,
   DigestSession,
+  DigestTooWeakError,
   buildAuthorization,
   parseAuthenticateHeader,
   parseDigestChallenge,
@@ -22,7 +24,7 @@ function params(header: string): Record<string, string> {
 
 describe('RFC 7616 §3.9.1 example', () => {
   it('SHA-256 gives the published response', () => {
-    const session = new DigestSession(MUFASA, () => RFC_CNONCE);
+    const session = new DigestSession(MUFASA, ANY_DIGEST, () => RFC_CNONCE);
     session.onChallenge(`Digest ${RFC_PARAMS}, algorithm=SHA-256`);
     const auth = session.authorize('GET', '/dir/index.html')!;
     const p = params(auth.header);
@@ -40,7 +42,7 @@ describe('RFC 7616 §3.9.1 example', () => {
   });
 
   it('MD5 gives the published response', () => {
-    const session = new DigestSession(MUFASA, () => RFC_CNONCE);
+    const session = new DigestSession(MUFASA, ANY_DIGEST, () => RFC_CNONCE);
     session.onChallenge(`Digest ${RFC_PARAMS}, algorithm=MD5`);
     const p = params(session.authorize('GET', '/dir/index.html')!.header);
     expect(p.response).toBe('8ca523f5e9506fed4657c9700eebdbec');
@@ -58,7 +60,11 @@ describe('RFC 7616 §3.9.1 example', () => {
 
 describe('RFC 2617 §3.5 example', () => {
   it('MD5 with qop=auth, algorithm absent, gives the published response', () => {
-    const session = new DigestSession({ username: 'Mufasa', password: 'Circle Of Life' }, () => '0a4f113b');
+    const session = new DigestSession(
+      { username: 'Mufasa', password: 'Circle Of Life' },
+      ANY_DIGEST,
+      () => '0a4f113b',
+    );
     session.onChallenge(
       'Digest realm="testrealm@host.com", qop="auth,auth-int", nonce="dcd98b7102dd2f0e8b11d0f600bfb0c093", ' +
         'opaque="5ccc069c403ebaf9f0171e9517f40e41"',
@@ -146,6 +152,89 @@ describe('parseDigestChallenge', () => {
   });
 });
 
+describe('parseDigestChallenge with a source policy (digest_min, require_qop)', () => {
+  const STRICT = { min: 'sha-256', requireQop: true } as const;
+  const md5 = 'Digest realm="r", nonce="m", qop="auth", algorithm=MD5';
+  const md5NoQop = 'Digest realm="r", nonce="l"';
+  const sha = 'Digest realm="r", nonce="s", qop="auth", algorithm=SHA-256';
+  const shaNoQop = 'Digest realm="r", nonce="t", algorithm=SHA-256';
+
+  it('takes the strongest allowed challenge whatever the server order', () => {
+    // MD5 listed first (a server's, or a path's, preference) still loses to SHA-256.
+    expect(parseDigestChallenge([md5, sha]).nonce).toBe('s');
+    expect(parseDigestChallenge([md5NoQop, md5]).nonce).toBe('m');
+    // Algorithm outranks qop; among equals the server's order decides.
+    expect(parseDigestChallenge([md5, shaNoQop]).nonce).toBe('t');
+    expect(
+      parseDigestChallenge([sha, `Digest realm="r", nonce="s2", qop="auth", algorithm=SHA-256-sess`]).nonce,
+    ).toBe('s');
+    expect(parseDigestChallenge([md5, shaNoQop], { min: 'md5', requireQop: true }).nonce).toBe('m');
+  });
+
+  it.each([
+    ['only MD5', [md5], { min: 'sha-256', requireQop: false }, 'MD5 with qop=auth', 'digest_min: md5'],
+    [
+      'only MD5-sess',
+      ['Digest realm="r", nonce="x", qop="auth", algorithm=MD5-sess'],
+      STRICT,
+      'MD5-sess with qop=auth',
+      'digest_min: md5',
+    ],
+    ['only no-qop', [md5NoQop], { min: 'md5', requireQop: true }, 'MD5 without qop', 'require_qop: false'],
+    ['SHA-256 without qop', [shaNoQop], STRICT, 'SHA-256 without qop', 'require_qop: false'],
+    [
+      'MD5 and no-qop SHA-256',
+      [md5, shaNoQop],
+      STRICT,
+      'MD5 with qop=auth, SHA-256 without qop',
+      'digest_min: md5 or require_qop: false',
+    ],
+  ] as const)(
+    'refuses %s when the source demands more, naming offer and key',
+    (_n, headers, policy, offered, keys) => {
+      let caught: unknown;
+      try {
+        parseDigestChallenge([...headers], policy);
+      } catch (err) {
+        caught = err;
+      }
+      expect(caught).toBeInstanceOf(DigestTooWeakError);
+      expect(caught).toBeInstanceOf(DigestChallengeError);
+      const message = (caught as Error).message;
+      expect(message).toContain(`the server offers only ${offered}, weaker than the source accepts`);
+      expect(message).toContain(`set ${keys} on the source`);
+    },
+  );
+
+  it('the default policy answers every form the dialects list (D1, D3)', () => {
+    expect(ANY_DIGEST).toEqual({ min: 'md5', requireQop: false });
+    expect(parseDigestChallenge(md5NoQop).qop).toBeUndefined();
+    expect(parseDigestChallenge(md5).hash).toBe('MD5');
+  });
+
+  it('describes at most a few offers, each cut short (a hostile 401 is bounded in the message)', () => {
+    const many = Array.from({ length: 1000 }, (_, i) => `Digest realm="r", nonce="${i}", qop="auth"`);
+    expect(() => parseDigestChallenge(many, STRICT)).toThrow(/, 996 more, weaker than/);
+    const long = `Digest realm="r", nonce="n", algorithm=${'X'.repeat(100_000)}`;
+    let message = '';
+    try {
+      parseDigestChallenge([long, long, long, long, long, long]);
+    } catch (err) {
+      message = (err as Error).message;
+    }
+    expect(message).toMatch(/^unsupported digest algorithm\(s\): X{40}…, /);
+    expect(message.length).toBeLessThan(300);
+  });
+
+  it('a session with a policy refuses a later downgrade, keeping nothing from it', () => {
+    const session = new DigestSession(MUFASA, STRICT);
+    session.onChallenge(sha);
+    expect(() => session.onChallenge(md5)).toThrow(DigestTooWeakError);
+    // Still the SHA-256 challenge: the next request is not answered with MD5.
+    expect(session.authorize('GET', '/x')!.header).toContain('algorithm=SHA-256');
+  });
+});
+
 describe('DigestSession', () => {
   it('is not ready (no pre-emptive header) before the first challenge', () => {
     const session = new DigestSession(MUFASA);
@@ -171,7 +260,7 @@ describe('DigestSession', () => {
   });
 
   it('resets nc on a new challenge and on nextnonce, and bumps the generation', () => {
-    const session = new DigestSession(MUFASA, () => 'c');
+    const session = new DigestSession(MUFASA, ANY_DIGEST, () => 'c');
     session.onChallenge('Digest realm="x", nonce="n1", qop="auth"');
     const g1 = session.generation;
     session.authorize('GET', '/');
@@ -201,7 +290,7 @@ describe('DigestSession', () => {
   });
 
   it('echoes opaque and the algorithm as the server spelled it, and hashes the username when asked', () => {
-    const session = new DigestSession(MUFASA, () => RFC_CNONCE);
+    const session = new DigestSession(MUFASA, ANY_DIGEST, () => RFC_CNONCE);
     session.onChallenge(`Digest ${RFC_PARAMS}, algorithm=sha-256, userhash=true`);
     const header = session.authorize('GET', '/dir/index.html')!.header;
     const p = params(header);

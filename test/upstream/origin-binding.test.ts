@@ -217,6 +217,8 @@ describe('configuration', () => {
 
   it('an http base_url may allow http and https origins; the client gets them all', () => {
     const raw = minimalRaw();
+    // Plain http off loopback needs the source's consent (test/config/insecure-http.test.ts).
+    raw.sources[0].allow_insecure_http = true;
     raw.sources[0].allowed_origins = ['http://cdn.example.com:8080/', 'https://CDN.example.com:443'];
     raw.sources[0].max_body_bytes = 1 << 20;
     const config = validateConfig(raw, { dir: '/' });

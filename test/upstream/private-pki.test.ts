@@ -174,3 +174,26 @@ describe('unusable PEM files fail at client creation, naming the key and the pat
     );
   });
 });
+
+describe('no downgrade from https to http on the same host (issue #28 item 5)', () => {
+  it('a redirect from the https upstream to its own host over http is not followed', async () => {
+    const { backend, front } = await upstream();
+    const plain = `http://127.0.0.1:${new URL(backend.origin).port}/api/titles/43`;
+    backend.route('/api/titles/42', { status: 302, headers: { location: plain }, body: '' });
+    backend.route('/api/titles/43', TITLE);
+    const err = await rejection(
+      client(front, { caFile: pki.caFile }).get(`${front.origin}/api/titles/42`, { kind: 'subject' }),
+    );
+    expect(err.message).toContain(`HTTP 302 on GET ${front.origin}/api/titles/42`);
+    // Only the redirecting path was asked for, over TLS; nothing went to the http URL.
+    expect(backend.requests.map((r) => r.path)).toEqual(['/api/titles/42', '/api/titles/42']);
+  });
+
+  it('a link from the https upstream to its own host over http is refused before any request', async () => {
+    const { backend, front } = await upstream();
+    const plain = `http://127.0.0.1:${new URL(backend.origin).port}/api/titles/42`;
+    const err = await rejection(client(front, { caFile: pki.caFile }).get(plain, { kind: 'subject' }));
+    expect(err).toMatchObject({ reason: 'insecure_link' });
+    expect(backend.requests).toEqual([]);
+  });
+});

@@ -1,5 +1,6 @@
 // A real HTTP webhook receiver on 127.0.0.1:0, behaving like a careful consumer: it verifies the
-// signature, de-duplicates by X-Feedsync-Key and can be told to fail in the ways sinks must handle.
+// signatures (Standard Webhooks and the deprecated X-Feedsync-Signature), de-duplicates by
+// X-Feedsync-Key and can be told to fail in the ways sinks must handle.
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
@@ -54,7 +55,11 @@ export async function startReceiver(secret?: string): Promise<Receiver> {
         res.writeHead(mode.status, headers).end(mode.body ?? `refused with ${mode.status}\n`);
         return;
       }
-      if (secret !== undefined && !signatureValid(secret, body, req.headers['x-feedsync-signature'])) {
+      if (
+        secret !== undefined &&
+        (!signatureValid(secret, body, req.headers['x-feedsync-signature']) ||
+          !standardSignatureValid(secret, body, req.headers))
+      ) {
         res.writeHead(401).end('bad signature\n');
         return;
       }
@@ -91,6 +96,18 @@ export function signatureValid(secret: string, body: Buffer, header: string | st
   if (typeof header !== 'string' || !header.startsWith('sha256=')) return false;
   const expected = Buffer.from(createHmac('sha256', secret).update(body).digest('hex'));
   const given = Buffer.from(header.slice('sha256='.length));
+  return given.length === expected.length && timingSafeEqual(given, expected);
+}
+
+/** The Standard Webhooks signature (docs/webhook-signatures.md), for a secret without whsec_. */
+export function standardSignatureValid(secret: string, body: Buffer, headers: IncomingHttpHeaders): boolean {
+  const { 'webhook-id': id, 'webhook-timestamp': timestamp, 'webhook-signature': signature } = headers;
+  if (typeof id !== 'string' || typeof timestamp !== 'string' || typeof signature !== 'string') return false;
+  if (Math.abs(Date.now() / 1000 - Number(timestamp)) > 300) return false;
+  const expected = Buffer.from(
+    `v1,${createHmac('sha256', secret).update(`${id}.${timestamp}.`).update(body).digest('base64')}`,
+  );
+  const given = Buffer.from(signature);
   return given.length === expected.length && timingSafeEqual(given, expected);
 }
 
