@@ -163,7 +163,13 @@ export type XmlVerdict =
  */
 export function checkXml(text: string): XmlVerdict {
   const budget = xmlNodeBudget(text.length);
-  const nextQuote = quoteFinder(text);
+  // Searches that only move forward: the ends of start tags and processing instructions, as the
+  // parser finds them, and (behind those, within each tag) its attribute values.
+  const markupQuotes = quotes(text);
+  const tagEnds = finder(text, '>');
+  const piEnds = finder(text, '?>');
+  const valueQuotes = quotes(text);
+  const equals = finder(text, '=');
   let depth = 0;
   let nodes = 0;
   for (let i = text.indexOf('<'); i >= 0;) {
@@ -194,12 +200,13 @@ export function checkXml(text: string): XmlVerdict {
       } else if (c === 0x3f /* ? */) {
         end = endOf(text, '?>', i + 2);
         if (end < 0) return malformed('an unclosed processing instruction', i);
-        if (!quotesClosedBefore(text, i + 1, end - 1))
+        // The parser skips quoted text first (and would read what follows as markup).
+        if (endOutsideQuotes(text, i + 1, piEnds, markupQuotes) !== end - 1)
           return malformed('a processing instruction the parser would end elsewhere', i);
       } else {
-        end = startTagEnd(text, i);
+        end = endOutsideQuotes(text, i + 1, tagEnds, markupQuotes);
         if (end < 0) return malformed('an unclosed start tag or attribute value', i);
-        const attributes = attributesOf(text, i, end, nextQuote);
+        const attributes = attributesOf(text, i, end, valueQuotes, equals);
         if (attributes > MAX_XML_ATTRIBUTES) return limit('attributes');
         if ((nodes += attributes) > budget) return limit('nodes');
         if (text.charCodeAt(end - 1) !== 0x2f /* / */ && ++depth > MAX_DEPTH) return limit('depth');
@@ -226,89 +233,83 @@ function endOf(text: string, end: string, from: number): number {
 
 const isQuote = (c: number): boolean => c === 0x22 /* " */ || c === 0x27; /* ' */
 
-/** The `>` ending the start tag at `i`, skipping quoted text as the parser does; -1 if none. */
-function startTagEnd(text: string, i: number): number {
-  for (let j = i + 1; j < text.length; j++) {
-    const c = text.charCodeAt(j);
-    if (c === 0x3e /* > */) return j;
-    if (isQuote(c)) {
-      j = text.indexOf(String.fromCharCode(c), j + 1);
-      if (j < 0) return -1;
+/**
+ * The next index of `s` at or after `from`, for `from`s that never decrease: each stretch of the
+ * text is searched once, however often the answer is asked for (text.length: none left).
+ */
+type Finder = (from: number) => number;
+
+function finder(text: string, s: string): Finder {
+  let at = -1;
+  return (from) => {
+    if (at < from) {
+      const found = text.indexOf(s, from);
+      at = found < 0 ? text.length : found;
     }
-  }
-  return -1;
+    return at;
+  };
+}
+
+/** The next `"` and `'`, the parser's two quotes. */
+interface Quotes {
+  double: Finder;
+  single: Finder;
+}
+
+function quotes(text: string): Quotes {
+  return { double: finder(text, '"'), single: finder(text, "'") };
 }
 
 /**
- * Whether the parser, which ends a processing instruction at the first `?>` outside quotes, would
- * end the one whose text runs from `from` at `close` (its first `?>`, where XML ends it).
+ * From `from`, the first `stop` outside quoted text (a quote runs to the next of the same kind),
+ * as the parser ends a start tag at `>` or a processing instruction at `?>`; -1 when a quote or
+ * the text ends first.
  */
-function quotesClosedBefore(text: string, from: number, close: number): boolean {
-  // `<?>`: the parser takes the `?` after `<` as the start of `?>`.
-  if (text.charCodeAt(from + 1) === 0x3e /* > */) return false;
-  for (let j = from; j < close; j++) {
-    const c = text.charCodeAt(j);
-    if (isQuote(c)) {
-      j = text.indexOf(String.fromCharCode(c), j + 1);
-      if (j < 0 || j >= close) return false;
-    }
+function endOutsideQuotes(text: string, from: number, stop: Finder, q: Quotes): number {
+  for (let j = from; ;) {
+    const at = stop(j);
+    const dq = q.double(j);
+    const sq = q.single(j);
+    const quote = Math.min(dq, sq);
+    if (at < quote) return at;
+    if (quote >= text.length) return -1;
+    const close = quote === dq ? q.double(quote + 1) : q.single(quote + 1);
+    if (close >= text.length) return -1;
+    j = close + 1;
   }
-  return true;
 }
 
 /**
  * The attributes fast-xml-parser builds for the start tag from `<` at `i` to `>` at `end`: the
  * matches of its pattern `([^\s=]+)\s*(=\s*("[^"]*"|'[^']*'))?` that have a value, over the text
- * after the tag name's first whitespace. Emulated rather than matched: the scan moves forward only.
+ * after the tag name's first whitespace. A match's `=` is one that follows a name (whitespace
+ * between), outside any value matched before it; its value must close inside the tag, or the
+ * quote starts the next name. Emulated, not matched: from `=` to `=`, forward only.
  */
-function attributesOf(text: string, i: number, end: number, nextQuote: QuoteFinder): number {
+function attributesOf(text: string, i: number, end: number, q: Quotes, equals: Finder): number {
   let k = i + 1;
+  if (equals(k) >= end) return 0;
   while (k < end && !isSpace(text.charCodeAt(k))) k++;
   let count = 0;
-  while (k < end) {
-    const c = text.charCodeAt(k);
-    // A match starts at neither whitespace nor `=`.
-    if (isSpace(c) || c === 0x3d /* = */) {
-      k++;
-      continue;
-    }
-    while (k < end && !isSpace(text.charCodeAt(k)) && text.charCodeAt(k) !== 0x3d) k++;
-    while (k < end && isSpace(text.charCodeAt(k))) k++;
-    if (text.charCodeAt(k) !== 0x3d || k >= end) continue;
-    let v = k + 1;
+  for (;;) {
+    const eq = equals(k);
+    if (eq >= end) return count;
+    let p = eq - 1;
+    while (p >= k && isSpace(text.charCodeAt(p))) p--;
+    let v = eq + 1;
     while (v < end && isSpace(text.charCodeAt(v))) v++;
-    const q = text.charCodeAt(v);
-    if (v >= end || !isQuote(q)) continue;
-    const close = nextQuote(q, v + 1);
-    // Without its closing quote in the tag the value does not match; the quote starts a name.
-    if (close >= end) continue;
-    // Past the limit the exact count no longer matters.
-    if (++count > MAX_XML_ATTRIBUTES) return count;
-    k = close + 1;
-  }
-  return count;
-}
-
-/** The next `"` or `'` from an index, for indexes that only grow: each part of the text is searched once. */
-type QuoteFinder = (quote: number, from: number) => number;
-
-function quoteFinder(text: string): QuoteFinder {
-  // The next `"` and `'` found so far (text.length: none left).
-  let dq = -1;
-  let sq = -1;
-  return (quote, from) => {
-    if (quote === 0x22) {
-      if (dq < from) dq = indexOrEnd(text, '"', from);
-      return dq;
+    const c = text.charCodeAt(v);
+    const named = p >= k && text.charCodeAt(p) !== 0x3d; /* = */
+    const close =
+      named && v < end ? (c === 0x22 ? q.double(v + 1) : c === 0x27 ? q.single(v + 1) : end) : end;
+    if (close < end) {
+      // Past the limit the exact count no longer matters.
+      if (++count > MAX_XML_ATTRIBUTES) return count;
+      k = close + 1;
+    } else {
+      k = eq + 1;
     }
-    if (sq < from) sq = indexOrEnd(text, "'", from);
-    return sq;
-  };
-}
-
-function indexOrEnd(text: string, s: string, from: number): number {
-  const at = text.indexOf(s, from);
-  return at < 0 ? text.length : at;
+  }
 }
 
 /** What JavaScript's `\s` matches: the parser splits tag names and attributes with it. */

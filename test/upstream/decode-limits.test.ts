@@ -279,11 +279,11 @@ describe('XML', () => {
     );
   });
 
-  it('737,364 attributes on one element: too_many_values, at once', () => {
+  it('737,364 attributes on one element: too_many_values, within a health probe', () => {
     const body = `<r${' a="1"'.repeat(737_364)}/>`;
     const started = performance.now();
     expect(refusal(body, 'xml').reason).toBe('too_many_values');
-    expect(performance.now() - started).toBeLessThan(500);
+    expect(performance.now() - started).toBeLessThan(1000);
   });
 
   it('attributes are counted as the parser reads them, whatever the quotes around them', () => {
