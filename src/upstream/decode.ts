@@ -22,7 +22,7 @@ import {
   type XmlVerdict,
 } from './decode-limits.js';
 import { setField } from './own-field.js';
-import { decodeXml, XmlShapeError, type LinkRelMapper } from './xml-decode.js';
+import { decodeXml, parserMessage, XmlShapeError, type LinkRelMapper } from './xml-decode.js';
 
 export type { LinkRelMapper } from './xml-decode.js';
 
@@ -70,7 +70,7 @@ function decodeXmlBody(text: string, url: string, linkRel: LinkRelMapper | undef
   } catch (err) {
     if (err instanceof XmlShapeError) throw new DecodeError(url, err.message);
     // The parser's own guards (nesting depth, entity expansion limits) throw plain Errors.
-    throw new DecodeError(url, `XML parser: ${err instanceof Error ? err.message : String(err)}`);
+    throw new DecodeError(url, `XML parser: ${parserMessage(err)}`);
   }
 }
 

@@ -75,7 +75,7 @@ export function decodeXml(body: string, linkRel: LinkRelMapper = identity): Repr
   if (valid !== true) {
     const { msg, line, col } = valid.err;
     throw new XmlShapeError(
-      `malformed XML: ${msg}${line ? ` (line ${line}${col ? `, column ${col}` : ''})` : ''}`,
+      `malformed XML: ${clip(msg, MESSAGE_CHARS)}${line ? ` (line ${line}${col ? `, column ${col}` : ''})` : ''}`,
     );
   }
   const nodes = parser.parse(body) as XNode[];
@@ -306,6 +306,17 @@ function quoted(s: string): string {
   return s.length > 40 ? `${JSON.stringify(s.slice(0, 40))}… (${s.length} characters)` : JSON.stringify(s);
 }
 
-function clip(s: string): string {
-  return s.length > 40 ? `${s.slice(0, 40)}…` : s;
+/**
+ * The parser's own messages quote names and text from the body: cut to this length, as every
+ * upstream text in a message is.
+ */
+export const MESSAGE_CHARS = 200;
+
+function clip(s: string, max = 40): string {
+  return s.length > max ? `${s.slice(0, max)}…` : s;
+}
+
+/** A message of the parser's, cut (see MESSAGE_CHARS). */
+export function parserMessage(err: unknown): string {
+  return clip(err instanceof Error ? err.message : String(err), MESSAGE_CHARS);
 }

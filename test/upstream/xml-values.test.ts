@@ -9,7 +9,7 @@ import { buildChange } from '../../src/pipeline/change.js';
 import type { Resource } from '../../src/core/resource.js';
 import { decodeBody } from '../../src/upstream/decode.js';
 import { MAX_DATETIME_CHARS, normalizeDateTime } from '../../src/upstream/datetime.js';
-import { MAX_FLOAT_CHARS, MAX_INTEGER_CHARS } from '../../src/upstream/xml-decode.js';
+import { MAX_FLOAT_CHARS, MAX_INTEGER_CHARS, MESSAGE_CHARS } from '../../src/upstream/xml-decode.js';
 
 const XML = 'application/xml; charset=utf-8';
 const JSON_CT = 'application/json; charset=utf-8';
@@ -109,6 +109,12 @@ describe('typed numbers', () => {
     const err = shapeError(`<title><${name} type="integer">x</${name}></title>`);
     expect(err.message).toBe(
       `cannot decode response of GET ${URL_}: <${'n'.repeat(40)}…> is typed integer but holds "x"`,
+    );
+    // The validator's own message quotes the name: cut too.
+    const bad = `1${'n'.repeat(100_000)}`;
+    const invalid = shapeError(`<title><${bad}>x</${bad}></title>`).message;
+    expect(invalid).toBe(
+      `cannot decode response of GET ${URL_}: malformed XML: ${`Tag '${bad}' is an invalid name.`.slice(0, MESSAGE_CHARS)}… (line 1, column 100010)`,
     );
     const rel = `r"\u001b[31m${'r'.repeat(100_000)}`;
     expect(shapeError(`<title><link rel='${rel}'/></title>`).message).toBe(
