@@ -88,6 +88,7 @@ export const REFUSAL_REASONS = [
   'body_too_large',
   'too_deep',
   'too_many_values',
+  'doctype',
   'foreign_origin',
   'insecure_link',
   'unusable_link',

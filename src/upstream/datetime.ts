@@ -6,14 +6,21 @@ const ISO_DATETIME =
   /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?(Z|[+-]\d{2}(?::?\d{2})?)?$/;
 
 /**
+ * The longest text read as a date-time: `YYYY-MM-DDTHH:MM:SS+HH:MM` is 25 characters, which leaves
+ * 38 for fractional seconds (of which 3 are kept). Longer text is no date-time a service meant.
+ */
+export const MAX_DATETIME_CHARS = 64;
+
+/**
  * The instant as `YYYY-MM-DDTHH:MM:SS.mmmZ`, or undefined when `s` is not a complete, valid
  * ISO 8601 date-time with a zone (`Z` or a numeric offset). With `zoneless: 'utc'`, a date-time
  * without a zone is read as UTC instead of refused.
  */
 export function normalizeDateTime(s: string, zoneless: 'reject' | 'utc' = 'reject'): string | undefined {
   // Every string of a decoded body comes through here: most are not date-times, and a T at index
-  // 10 with at least YYYY-MM-DDTHH:MM is what ISO_DATETIME needs before it can match.
-  if (s.length < 16 || s.charCodeAt(10) !== 84 /* T */) return undefined;
+  // 10 with at least YYYY-MM-DDTHH:MM is what ISO_DATETIME needs before it can match. The longest
+  // bound keeps the match short whatever upstream sends.
+  if (s.length < 16 || s.length > MAX_DATETIME_CHARS || s.charCodeAt(10) !== 84 /* T */) return undefined;
   const m = ISO_DATETIME.exec(s);
   if (!m) return undefined;
   const [, y, mo, d, hh, mi, ss = '0', frac = '', zone = zoneless === 'utc' ? 'Z' : undefined] = m;

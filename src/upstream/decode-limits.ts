@@ -132,53 +132,97 @@ export function scanJson(text: string, containerBudget: number): Excess {
   return undefined;
 }
 
+/** Why checkXml refuses a body, or undefined when it may be parsed. */
+export type XmlVerdict =
+  | { kind: 'limit'; excess: 'depth' | 'nodes' | 'attributes' }
+  /** A DOCTYPE other than the bare `<!DOCTYPE name>`, starting at character `at`. */
+  | { kind: 'doctype'; at: number }
+  /** Markup the parser would read otherwise than the scan does, or never close. */
+  | { kind: 'malformed'; what: string; at: number }
+  | undefined;
+
 /**
- * Whether XML text stays within MAX_DEPTH, xmlNodeBudget and MAX_XML_ATTRIBUTES. One pass from
- * `<` to `<` (indexOf), reading only the markup: comments, CDATA sections, processing
- * instructions and a DOCTYPE are skipped whole, quoted attribute values too. Text between tags is
- * never looked at. Malformed markup is left to the validator; the scan only has to stay an upper
- * bound on what the parser would build, and never loops.
+ * Whether XML text stays within MAX_DEPTH, xmlNodeBudget and MAX_XML_ATTRIBUTES, read the way
+ * fast-xml-parser reads it, so that what the scan counts bounds what the parser builds whatever the
+ * text (the validator that runs first is not relied on):
+ * - a start tag ends at the first `>` outside quotes (either quote, anywhere in the tag); its
+ *   attributes are counted as the parser's attribute pattern finds them (`name = "value"` after the
+ *   first whitespace), so no quote in an odd place can hide one;
+ * - a closing tag ends at the next `>`, quotes or not, and needs an element open;
+ * - comments, CDATA sections and processing instructions end where XML ends them; a processing
+ *   instruction whose quotes would make the parser end it elsewhere is refused, and so is any
+ *   other `<!…>` construct;
+ * - a DOCTYPE is accepted only bare (`<!DOCTYPE name>`): an external identifier (SYSTEM, PUBLIC)
+ *   or an internal subset (`[…]`) is where entities and external resources are declared, and where
+ *   the parser, the validator and a quick scan can disagree on where the declaration ends; neither
+ *   service sends a DOCTYPE at all;
+ * - a construct that is never closed is refused rather than left to the parser.
+ * Text nodes are not counted: the parser makes at most one per tag boundary, so they stay within
+ * twice the nodes counted. One forward pass, indexOf between tags and charCodeAt inside them, each
+ * character read a bounded number of times, nothing copied.
  */
-export function checkXml(text: string): Excess {
+export function checkXml(text: string): XmlVerdict {
   const budget = xmlNodeBudget(text.length);
-  const n = text.length;
+  // Searches that only move forward: the ends of start tags and processing instructions, as the
+  // parser finds them, and (behind those, within each tag) its attribute values.
+  const markupQuotes = quotes(text);
+  const tagEnds = finder(text, '>');
+  const piEnds = finder(text, '?>');
+  const valueQuotes = quotes(text);
+  const equals = finder(text, '=');
   let depth = 0;
   let nodes = 0;
-  let i = text.indexOf('<');
-  while (i >= 0) {
+  for (let i = text.indexOf('<'); i >= 0;) {
     const c = text.charCodeAt(i + 1);
+    /** The construct's last character. */
+    let end: number;
     if (c === 0x2f /* / */) {
-      // A closing tag: `>` cannot appear in its name.
+      end = text.indexOf('>', i + 2);
+      if (end < 0) return malformed('an unclosed closing tag', i);
+      // The parser would carry on at the top level, its stack empty: the depth counted would lag.
+      if (depth === 0) return malformed('a closing tag with no element open', i);
       depth--;
-      i = text.indexOf('>', i + 2);
     } else {
-      if (++nodes > budget) return 'nodes';
-      if (c === 0x21 /* ! */) i = skipDeclaration(text, i);
-      else if (c === 0x3f /* ? */) i = endOf(text, '?>', i + 2);
-      else {
-        // A start tag: count its attributes (each `=` outside quoted values) up to its `>`.
-        let attributes = 0;
-        let j = i + 1;
-        for (; j < n; j++) {
-          const d = text.charCodeAt(j);
-          if (d === 0x3e /* > */) break;
-          if (d === 0x22 /* " */ || d === 0x27 /* ' */) {
-            j = text.indexOf(d === 0x22 ? '"' : "'", j + 1);
-            if (j < 0) return undefined;
-          } else if (d === 0x3d /* = */) {
-            if (++attributes > MAX_XML_ATTRIBUTES) return 'attributes';
-            if (++nodes > budget) return 'nodes';
-          }
+      if (++nodes > budget) return limit('nodes');
+      if (c === 0x21 /* ! */) {
+        if (text.startsWith('<!--', i)) {
+          end = endOf(text, '-->', i + 4);
+          if (end < 0) return malformed('an unclosed comment', i);
+        } else if (text.startsWith('<![CDATA[', i)) {
+          end = endOf(text, ']]>', i + 9);
+          if (end < 0) return malformed('an unclosed CDATA section', i);
+        } else if (text.startsWith('<!DOCTYPE', i)) {
+          end = bareDoctypeEnd(text, i);
+          if (end < 0) return { kind: 'doctype', at: i };
+        } else {
+          return malformed('a <! declaration that is neither a comment, a CDATA section nor a DOCTYPE', i);
         }
-        if (j >= n) return undefined;
-        if (text.charCodeAt(j - 1) !== 0x2f /* / */ && ++depth > MAX_DEPTH) return 'depth';
-        i = j;
+      } else if (c === 0x3f /* ? */) {
+        end = endOf(text, '?>', i + 2);
+        if (end < 0) return malformed('an unclosed processing instruction', i);
+        // The parser skips quoted text first (and would read what follows as markup).
+        if (endOutsideQuotes(text, i + 1, piEnds, markupQuotes) !== end - 1)
+          return malformed('a processing instruction the parser would end elsewhere', i);
+      } else {
+        end = endOutsideQuotes(text, i + 1, tagEnds, markupQuotes);
+        if (end < 0) return malformed('an unclosed start tag or attribute value', i);
+        const attributes = attributesOf(text, i, end, valueQuotes, equals);
+        if (attributes > MAX_XML_ATTRIBUTES) return limit('attributes');
+        if ((nodes += attributes) > budget) return limit('nodes');
+        if (text.charCodeAt(end - 1) !== 0x2f /* / */ && ++depth > MAX_DEPTH) return limit('depth');
       }
     }
-    if (i < 0) return undefined;
-    i = text.indexOf('<', i + 1);
+    i = text.indexOf('<', end + 1);
   }
   return undefined;
+}
+
+function limit(excess: 'depth' | 'nodes' | 'attributes'): XmlVerdict {
+  return { kind: 'limit', excess };
+}
+
+function malformed(what: string, at: number): XmlVerdict {
+  return { kind: 'malformed', what, at };
 }
 
 /** Index of the last character of `end` found from `from`, or -1. */
@@ -187,13 +231,120 @@ function endOf(text: string, end: string, from: number): number {
   return at < 0 ? -1 : at + end.length - 1;
 }
 
-/** `<!--…-->`, `<![CDATA[…]]>`, or `<!DOCTYPE …>` whose internal subset `[…]` may hold `>`. */
-function skipDeclaration(text: string, i: number): number {
-  if (text.startsWith('<!--', i)) return endOf(text, '-->', i + 4);
-  if (text.startsWith('<![CDATA[', i)) return endOf(text, ']]>', i + 9);
-  const gt = text.indexOf('>', i + 2);
-  const bracket = text.indexOf('[', i + 2);
-  if (bracket < 0 || gt < 0 || gt < bracket) return gt;
-  const close = text.indexOf(']', bracket + 1);
-  return close < 0 ? -1 : text.indexOf('>', close + 1);
+const isQuote = (c: number): boolean => c === 0x22 /* " */ || c === 0x27; /* ' */
+
+/**
+ * The next index of `s` at or after `from`, for `from`s that never decrease: each stretch of the
+ * text is searched once, however often the answer is asked for (text.length: none left).
+ */
+type Finder = (from: number) => number;
+
+function finder(text: string, s: string): Finder {
+  let at = -1;
+  return (from) => {
+    if (at < from) {
+      const found = text.indexOf(s, from);
+      at = found < 0 ? text.length : found;
+    }
+    return at;
+  };
+}
+
+/** The next `"` and `'`, the parser's two quotes. */
+interface Quotes {
+  double: Finder;
+  single: Finder;
+}
+
+function quotes(text: string): Quotes {
+  return { double: finder(text, '"'), single: finder(text, "'") };
+}
+
+/**
+ * From `from`, the first `stop` outside quoted text (a quote runs to the next of the same kind),
+ * as the parser ends a start tag at `>` or a processing instruction at `?>`; -1 when a quote or
+ * the text ends first.
+ */
+function endOutsideQuotes(text: string, from: number, stop: Finder, q: Quotes): number {
+  for (let j = from; ;) {
+    const at = stop(j);
+    const dq = q.double(j);
+    const sq = q.single(j);
+    const quote = Math.min(dq, sq);
+    if (at < quote) return at;
+    if (quote >= text.length) return -1;
+    const close = quote === dq ? q.double(quote + 1) : q.single(quote + 1);
+    if (close >= text.length) return -1;
+    j = close + 1;
+  }
+}
+
+/**
+ * The attributes fast-xml-parser builds for the start tag from `<` at `i` to `>` at `end`: the
+ * matches of its pattern `([^\s=]+)\s*(=\s*("[^"]*"|'[^']*'))?` that have a value, over the text
+ * after the tag name's first whitespace. A match's `=` is one that follows a name (whitespace
+ * between), outside any value matched before it; its value must close inside the tag, or the
+ * quote starts the next name. Emulated, not matched: from `=` to `=`, forward only.
+ */
+function attributesOf(text: string, i: number, end: number, q: Quotes, equals: Finder): number {
+  let k = i + 1;
+  if (equals(k) >= end) return 0;
+  while (k < end && !isSpace(text.charCodeAt(k))) k++;
+  let count = 0;
+  for (;;) {
+    const eq = equals(k);
+    if (eq >= end) return count;
+    let p = eq - 1;
+    while (p >= k && isSpace(text.charCodeAt(p))) p--;
+    let v = eq + 1;
+    while (v < end && isSpace(text.charCodeAt(v))) v++;
+    const c = text.charCodeAt(v);
+    const named = p >= k && text.charCodeAt(p) !== 0x3d; /* = */
+    const close =
+      named && v < end ? (c === 0x22 ? q.double(v + 1) : c === 0x27 ? q.single(v + 1) : end) : end;
+    if (close < end) {
+      // Past the limit the exact count no longer matters.
+      if (++count > MAX_XML_ATTRIBUTES) return count;
+      k = close + 1;
+    } else {
+      k = eq + 1;
+    }
+  }
+}
+
+/** What JavaScript's `\s` matches: the parser splits tag names and attributes with it. */
+function isSpace(c: number): boolean {
+  return (
+    c === 0x20 ||
+    (c >= 0x09 && c <= 0x0d) ||
+    c === 0xa0 ||
+    c === 0x1680 ||
+    (c >= 0x2000 && c <= 0x200a) ||
+    c === 0x2028 ||
+    c === 0x2029 ||
+    c === 0x202f ||
+    c === 0x205f ||
+    c === 0x3000 ||
+    c === 0xfeff
+  );
+}
+
+/** XML's own whitespace (S). */
+const isXmlSpace = (c: number): boolean => c === 0x20 || c === 0x09 || c === 0x0a || c === 0x0d;
+
+/** The `>` of a bare `<!DOCTYPE name>` at `i` (whitespace around the name allowed), or -1. */
+function bareDoctypeEnd(text: string, i: number): number {
+  let j = i + '<!DOCTYPE'.length;
+  const afterKeyword = j;
+  while (isXmlSpace(text.charCodeAt(j))) j++;
+  if (j === afterKeyword) return -1;
+  const name = j;
+  for (; j < text.length; j++) {
+    const c = text.charCodeAt(j);
+    if (isXmlSpace(c) || c === 0x3e /* > */) break;
+    if (isQuote(c) || c === 0x5b /* [ */ || c === 0x3c /* < */) return -1;
+  }
+  if (j === name) return -1;
+  while (isXmlSpace(text.charCodeAt(j))) j++;
+  return text.charCodeAt(j) === 0x3e ? j : -1;
 }

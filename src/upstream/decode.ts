@@ -19,8 +19,10 @@ import {
   XML_CHARS_PER_NODE,
   xmlNodeBudget,
   type Excess,
+  type XmlVerdict,
 } from './decode-limits.js';
-import { decodeXml, XmlShapeError, type LinkRelMapper } from './xml-decode.js';
+import { setField } from './own-field.js';
+import { decodeXml, parserMessage, XmlShapeError, type LinkRelMapper } from './xml-decode.js';
 
 export type { LinkRelMapper } from './xml-decode.js';
 
@@ -61,14 +63,36 @@ function formatOf(mediaType: string): 'json' | 'xml' | undefined {
 }
 
 function decodeXmlBody(text: string, url: string, linkRel: LinkRelMapper | undefined): Representation {
-  const excess = checkXml(text);
-  if (excess !== undefined) throw refusal(url, 'xml', excess, text.length);
+  const verdict = checkXml(text);
+  if (verdict !== undefined) throw xmlRefusal(url, verdict, text.length);
   try {
     return decodeXml(text, linkRel);
   } catch (err) {
     if (err instanceof XmlShapeError) throw new DecodeError(url, err.message);
     // The parser's own guards (nesting depth, entity expansion limits) throw plain Errors.
-    throw new DecodeError(url, `XML parser: ${err instanceof Error ? err.message : String(err)}`);
+    throw new DecodeError(url, `XML parser: ${parserMessage(err)}`);
+  }
+}
+
+/**
+ * What the XML pre-scan's verdict becomes: a limit passed or a DOCTYPE is refused (asking again
+ * would get the same answer); markup that cannot be read as XML is a decode error, like any
+ * malformed body.
+ */
+function xmlRefusal(url: string, verdict: NonNullable<XmlVerdict>, length: number): Error {
+  switch (verdict.kind) {
+    case 'limit':
+      return refusal(url, 'xml', verdict.excess, length);
+    case 'doctype':
+      return new UpstreamRefusedError(
+        url,
+        'doctype',
+        `XML body has a DOCTYPE with an external identifier (SYSTEM or PUBLIC) or an internal ` +
+          `subset ([…]) at character ${verdict.at}; feedsync accepts only a bare <!DOCTYPE name>, ` +
+          `as those declare entities and external resources`,
+      );
+    case 'malformed':
+      return new DecodeError(url, `malformed XML: ${verdict.what} at character ${verdict.at}`);
   }
 }
 
@@ -203,15 +227,7 @@ function normalizeObject(value: Record<string, Json>, depth: number): { [key: st
     if (v === null || (typeof v !== 'object' && typeof v !== 'string')) continue;
     const normalized = normalizeJson(v, depth + 1);
     if (normalized === v) continue;
-    // A plain assignment to "__proto__" would set the prototype instead of a field.
-    if (k === '__proto__')
-      Object.defineProperty(value, k, {
-        value: normalized,
-        enumerable: true,
-        writable: true,
-        configurable: true,
-      });
-    else value[k] = normalized;
+    setField(value, k, normalized);
   }
   return value;
 }

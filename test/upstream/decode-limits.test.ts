@@ -220,19 +220,103 @@ describe('XML', () => {
     }
   });
 
-  it('comments, CDATA, a DOCTYPE, processing instructions and `>` in attributes are read as such', () => {
+  it('comments, CDATA, a bare DOCTYPE, processing instructions and `>` in attributes are read as such', () => {
     const body =
-      '<?xml version="1.0"?><!DOCTYPE subject [<!-- <a><a> -->]><?pi <a><a>?>' +
+      '<?xml version="1.0"?><!DOCTYPE subject ><?pi <a><a>?>' +
       '<subject><!-- <a><a><a> --><id type="integer">7</id>' +
-      '<note><![CDATA[<a><a><a>]]></note><link rel="self" href="http://h/x?a=1&amp;b=>2"/></subject>';
+      '<note><![CDATA[<a><a><a>]]></note><link rel=\'self\' href="http://h/x?a=1&amp;b=>2"/></subject>';
     expect(checkXml(body)).toBeUndefined();
-    expect(decodeBody(body, XML_CT, URL_, 'xml')).toMatchObject({ id: 7, note: '<a><a><a>' });
+    expect(decodeBody(body, XML_CT, URL_, 'xml')).toMatchObject({
+      id: 7,
+      note: '<a><a><a>',
+      self_link: 'http://h/x?a=1&b=>2',
+    });
   });
 
-  it('a DOCTYPE that declares entities is refused whole (no expansion, no external entity)', () => {
-    const body =
-      '<?xml version="1.0"?><!DOCTYPE subject [<!ENTITY e "x">]><subject><id type="integer">7</id><n>&e;</n></subject>';
-    expect(() => decodeBody(body, XML_CT, URL_, 'xml')).toThrow(/DOCTYPE declares entities/);
+  it.each([
+    ['an external identifier', '<!DOCTYPE subject SYSTEM "http://h/s.dtd">'],
+    ['a public identifier', '<!DOCTYPE subject PUBLIC "-//X//Y//EN" "s.dtd">'],
+    ['an internal subset', '<!DOCTYPE subject [ ]>'],
+    ['declared entities (billion laughs)', '<!DOCTYPE subject [<!ENTITY a "x"><!ENTITY b "&a;&a;">]>'],
+    ['an external entity (XXE)', '<!DOCTYPE subject [<!ENTITY x SYSTEM "file:///etc/passwd">]>'],
+    ['no name', '<!DOCTYPE >'],
+    ['no end', '<!DOCTYPE subject'],
+  ])('a DOCTYPE with %s is refused whole, naming the URL and where', (_name, doctype) => {
+    const body = `<?xml version="1.0"?>${doctype}<subject><id type="integer">7</id></subject>`;
+    const err = refusal(body, 'xml');
+    expect(err.reason).toBe('doctype');
+    expect(err.message).toBe(
+      `refused GET ${URL_}: XML body has a DOCTYPE with an external identifier (SYSTEM or PUBLIC) or ` +
+        `an internal subset ([…]) at character 21; feedsync accepts only a bare <!DOCTYPE name>, as ` +
+        `those declare entities and external resources`,
+    );
+  });
+
+  // The bypass: the old scan looked for the `]` of an internal subset after the `[` in the quoted
+  // identifier, found none, and stopped counting; the parser ends the DOCTYPE at its `>`.
+  it('regression: <!DOCTYPE r SYSTEM "["> before 100,000 <a/> is refused, not decoded whole', () => {
+    const body = `<!DOCTYPE r SYSTEM "["><r>${'<a/>'.repeat(100_000)}</r>`;
+    const started = performance.now();
+    expect(checkXml(body)).toEqual({ kind: 'doctype', at: 0 });
+    expect(refusal(body, 'xml').reason).toBe('doctype');
+    expect(performance.now() - started).toBeLessThan(500);
+  });
+
+  // The same trick with a processing instruction: XML ends it at the first `?>`, the parser skips
+  // quoted text first, so what the scan took for a comment the parser reads as elements.
+  it('regression: a processing instruction with an open quote cannot hide elements', () => {
+    const body = `<r><?pi "?><!-- "?>${'<a/>'.repeat(100_000)}<!-- --></r>`;
+    expect(checkXml(body)).toEqual({
+      kind: 'malformed',
+      what: 'a processing instruction the parser would end elsewhere',
+      at: 3,
+    });
+    expect(() => decodeBody(body, XML_CT, URL_, 'xml')).toThrow(
+      new DecodeError(
+        URL_,
+        'malformed XML: a processing instruction the parser would end elsewhere at character 3',
+      ),
+    );
+  });
+
+  it('737,364 attributes on one element: too_many_values, within a health probe', () => {
+    const body = `<r${' a="1"'.repeat(737_364)}/>`;
+    const started = performance.now();
+    expect(refusal(body, 'xml').reason).toBe('too_many_values');
+    expect(performance.now() - started).toBeLessThan(1000);
+  });
+
+  it('attributes are counted as the parser reads them, whatever the quotes around them', () => {
+    // The parser's attribute pattern finds `a0="1"`… inside what a quote-tracking scan calls quoted
+    // (the tag ends at the same `>` for both).
+    const hidden = Array.from({ length: MAX_XML_ATTRIBUTES + 1 }, (_, i) => ` a${i}="1"`).join('');
+    expect(checkXml(`<r 'x${hidden} '/>`)).toEqual({ kind: 'limit', excess: 'attributes' });
+    expect(checkXml(`<r x='${hidden} '/>`)).toBeUndefined();
+    // `=` inside values is not an attribute.
+    const href = `http://h/x?${Array.from({ length: 200 }, (_, i) => `k${i}=v`).join('&amp;')}`;
+    expect(checkXml(`<r><link rel="next" href="${href}"/></r>`)).toBeUndefined();
+  });
+
+  it.each([
+    ['an unclosed comment', '<r><!-- <a/>', 3],
+    ['an unclosed CDATA section', '<r><![CDATA[ <a/>', 3],
+    ['an unclosed processing instruction', '<r><?pi <a/>', 3],
+    ['an unclosed start tag or attribute value', '<r><a b="></r>', 3],
+    ['an unclosed closing tag', '<r><a></a</r', 6],
+    ['a closing tag with no element open', '</x><r/>', 0],
+    [
+      'a <! declaration that is neither a comment, a CDATA section nor a DOCTYPE',
+      '<r><!ELEMENT a ANY></r>',
+      3,
+    ],
+    ['a processing instruction the parser would end elsewhere', '<?pi "x?><r/>', 0],
+    ['a processing instruction the parser would end elsewhere', '<?>?><r/>', 0],
+    ['an unclosed processing instruction', '<?><r/>', 0],
+  ])('%s is malformed XML naming where, never a partial count', (what, body, at) => {
+    expect(checkXml(body)).toEqual({ kind: 'malformed', what, at });
+    expect(() => decodeBody(body, XML_CT, URL_, 'xml')).toThrow(
+      new DecodeError(URL_, `malformed XML: ${what} at character ${at}`),
+    );
   });
 
   it('real pages pass with room to spare, and decode as before', () => {
