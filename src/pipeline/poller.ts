@@ -299,8 +299,9 @@ async function readPage(
  * Event 0 is newer than no `newer_than` (the specs' filter is "a greater id", and ids start at 0 at
  * the lowest), so no request after a cursor lists it; the feed asked without newer_than does when
  * it holds at most 50 events (the scheduling feed answers its last 50, the workflow feed its first or
- * last 50). So while a source that starts from `earliest` is still at cursor 0, each page is read
- * that way too, and event 0, when listed, is delivered first. A feed that already holds more than
+ * last 50). So while a source that starts from `earliest` (or from a stored cursor of 0) is still
+ * at cursor 0, each page is read that way too, and event 0, when listed and not delivered by this
+ * process yet, is delivered first. A feed that already holds more than
  * 50 events with the scheduling reading never lists event 0 again: docs/dialects.md says so.
  */
 async function listedEventZero(deps: PollerDeps, signal: AbortSignal): Promise<FeedEvent | undefined> {
@@ -417,7 +418,8 @@ function noteUnknownTypes(deps: PollerDeps, state: PageState, fresh: FeedEvent[]
  * and page forward until a short page, emitting nothing; the largest id seen is the start. That
  * holds whatever the feed answers without newer_than (the scheduling feed: its last 50; the
  * workflow spec leaves it open), at the cost of reading through the backlog when it answers the
- * oldest events. An empty feed starts from the beginning (0). `earliest`: cursor 0, event 0 included.
+ * oldest events. An empty feed starts from the beginning (0). `earliest`: cursor 0, event 0 included
+ * (listedEventZero), as after a stored cursor of 0.
  */
 async function startPosition(deps: PollerDeps, state: PageState): Promise<Position> {
   const { source } = deps;
@@ -433,7 +435,13 @@ async function startPosition(deps: PollerDeps, state: PageState): Promise<Positi
       { sink },
       `sink ${sink} is new to source ${source.name}: back-filling it from its start_from`,
     );
-  if (stored) return { cursor: stored.eventId, seenAbove: stored.seenAbove };
+  if (stored) {
+    // At 0 (nothing after event 0 committed yet, or a reset to earliest): event 0 may still be
+    // unread. Reading it again after a restart is a copy under the same key, as for any event
+    // behind the cursor after a restart; never reading it would be a loss.
+    if (stored.eventId === 0) state.floor = -1;
+    return { cursor: stored.eventId, seenAbove: stored.seenAbove };
+  }
   if (typeof source.start_from === 'number') {
     state.floor = source.start_from;
     return { cursor: source.start_from, seenAbove: [] };

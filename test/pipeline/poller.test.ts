@@ -114,9 +114,10 @@ function start(
   client: ScriptedUpstream,
   over: Partial<SourceConfig> = {},
   auditIntervalMs?: number,
-  opts: { statusNeverAnswers?: boolean } = {},
+  opts: { statusNeverAnswers?: boolean; cursor?: number } = {},
 ) {
   const cursors = new CursorStore(openStore(join(tempDir(), 'store.db')));
+  if (opts.cursor !== undefined) cursors.save('wf', opts.cursor, []);
   const sourceState = sqliteSourceState(cursors);
   // A status write caught in a failover that the Redis client never settles.
   if (opts.statusNeverAnswers) sourceState.recordPoll = () => new Promise<void>(() => undefined);
@@ -464,6 +465,18 @@ describe('no silent loss from a feed that breaks its own rules', () => {
     await waitFor(() => p.polls.filter(Boolean).length >= 5, 5000, 'five polls');
     expect(ids(p)).toEqual([0]);
     expect(p.cursors.get('wf')).toEqual({ eventId: 0, seenAbove: [] });
+  });
+
+  it('reads event 0 from a stored cursor of 0 (a reset to earliest), not from a stored cursor past it', async () => {
+    const events = [ev(0, 'job_created', '7'), ev(1, 'job_updated', '7')];
+    const reset = start(new ScriptedUpstream(events, { [url('7')]: job('7') }), {}, undefined, { cursor: 0 });
+    await waitFor(() => ids(reset).length === 2, 5000, 'both changes');
+    expect(ids(reset)).toEqual([0, 1]);
+    const up = new ScriptedUpstream([...events, ev(2, 'job_updated', '7')], { [url('7')]: job('7') });
+    const later = start(up, {}, undefined, { cursor: 1 });
+    await waitFor(() => ids(later).length === 1 && later.polls.length >= 3, 5000, 'one change, more polls');
+    expect(ids(later)).toEqual([2]);
+    expect(up.requests.filter((r) => r.includes('/api/events') && !r.includes('newer_than'))).toEqual([]);
   });
 
   it('does not look for event 0 from a numeric start_from', async () => {
