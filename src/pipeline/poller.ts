@@ -298,11 +298,11 @@ async function readPage(
 /**
  * Event 0 is newer than no `newer_than` (the specs' filter is "a greater id", and ids start at 0 at
  * the lowest), so no request after a cursor lists it; the feed asked without newer_than does when
- * it holds at most 50 events (the scheduling feed answers its last 50, the workflow feed its first or
- * last 50). So while a source that starts from `earliest` (or from a stored cursor of 0) is still
- * at cursor 0, each page is read that way too, and event 0, when listed and not delivered by this
- * process yet, is delivered first. A feed that already holds more than
- * 50 events with the scheduling reading never lists event 0 again: docs/dialects.md says so.
+ * it holds at most 50 events (the scheduling feed answers its last 50, the workflow feed its first
+ * or last 50). So while a source that starts from `earliest` (or from a stored cursor of 0) is
+ * still at cursor 0, each page is read that way too, and event 0, when listed and not delivered by
+ * this process yet, is delivered first. A scheduling feed that already holds more than 50 events
+ * never lists event 0 again (docs/upstream-security.md says so).
  */
 async function listedEventZero(deps: PollerDeps, signal: AbortSignal): Promise<FeedEvent | undefined> {
   const url = feedUrl(deps.source, deps.adapter, undefined, deps.source.event_types);
