@@ -93,12 +93,14 @@ export const REFUSAL_REASONS = [
   'insecure_link',
   'unusable_link',
   'weak_digest',
+  'invalid_event',
 ] as const;
 export type RefusalReason = (typeof REFUSAL_REASONS)[number];
 
 /**
  * feedsync refused what upstream sent or pointed to: a body over the source's limits, a link to
- * another origin or an unusable one. Asking again at once would get the same answer: not retried by
+ * another origin or an unusable one, a feed event it cannot take as it is (`invalid_event`: an id
+ * beyond 2^53−1, negative or not an integer, a timestamp outside the accepted range). Asking again at once would get the same answer: not retried by
  * the client; the poller fails the page (cursor unmoved) and retries it with its own backoff.
  */
 export class UpstreamRefusedError extends FeedsyncError {

@@ -6,9 +6,11 @@ import type { RefusalReason } from './errors.js';
 /**
  * duplicate_id: the same id listed twice on one page (identical: delivered once); behind_cursor:
  * an event at or below the cursor that was not delivered before (delivered late); disorder: an
- * event the cursor rule had passed over, found by re-reading behind the cursor (delivered late).
+ * event the cursor rule had passed over, found by re-reading behind the cursor (delivered late);
+ * relisted_changed: an event already queued listed again with other contents (the change queued
+ * first is kept: a key names one change; the new listing is reported, not delivered).
  */
-export const FEED_ANOMALY_KINDS = ['duplicate_id', 'behind_cursor', 'disorder'] as const;
+export const FEED_ANOMALY_KINDS = ['duplicate_id', 'behind_cursor', 'disorder', 'relisted_changed'] as const;
 export type FeedAnomalyKind = (typeof FEED_ANOMALY_KINDS)[number];
 
 export type DeliveryOutcome = 'ok' | 'retry' | 'dead';

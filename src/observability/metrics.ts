@@ -105,7 +105,7 @@ export function createMetrics(opts: MetricsOptions): Metrics {
   });
   const refusals = new Counter({
     name: 'feedsync_upstream_refusals_total',
-    help: 'Upstream bodies and links refused (over a size, depth or value limit; another origin; unusable), by reason.',
+    help: 'Upstream bodies, links and feed events refused (over a size, depth or value limit; another origin; unusable; an event id or timestamp feedsync cannot take), by reason.',
     labelNames: ['source', 'reason'] as const,
     registers,
   });
@@ -117,7 +117,7 @@ export function createMetrics(opts: MetricsOptions): Metrics {
   });
   const anomalies = new Counter({
     name: 'feedsync_feed_anomalies_total',
-    help: 'Feed events that broke a rule the cursor relies on (duplicate_id, behind_cursor, disorder); each still delivered once.',
+    help: 'Feed events that broke a rule the cursor relies on (duplicate_id, behind_cursor, disorder: each still delivered once; relisted_changed: listed again with other contents, the change queued first kept).',
     labelNames: ['source', 'kind'] as const,
     registers,
   });

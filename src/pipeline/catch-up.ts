@@ -12,7 +12,7 @@ import { catchUpWindow, covers, isBehind } from '../queue/sink-positions.js';
 import type { FeedEvent, SubjectOutcome } from './change.js';
 import { nextCursor, PAGE_SIZE } from './cursor.js';
 import type { Expansion } from './expand.js';
-import { distinctEvents, readFeedEvents } from './feed-page.js';
+import { distinctEvents, readFeedPage } from './feed-page.js';
 import {
   buildChanges,
   expand,
@@ -79,7 +79,7 @@ export class CatchUp {
     const url = feedUrl(source, adapter, lag.cursor, source.event_types);
     const res = await deps.client.get(url, { kind: 'feed', signal: deps.signal });
     if (res.status !== 200) throw new Error(`feed ${url} answered ${res.status}`);
-    const listed = distinctEvents(deps, readFeedEvents(res.resource, url), url);
+    const listed = distinctEvents(deps, readFeedPage(deps, res.resource, url), url);
     const full = listed.length >= PAGE_SIZE;
     const next = nextCursor(
       lag,

@@ -1,6 +1,5 @@
 import type { Logger } from 'pino';
-import { backoffDelay, sleep } from '../backoff.js';
-import { errorMessage, FeedsyncError, UpstreamAuthError } from '../core/errors.js';
+import { FeedsyncError, UpstreamAuthError } from '../core/errors.js';
 import type { UpstreamClient } from '../upstream/client.js';
 import type { Resource } from '../core/resource.js';
 import type { FeedEvent, SubjectOutcome } from './change.js';
@@ -15,7 +14,6 @@ export interface ExpandOptions {
   limiter: Semaphore;
   signal: AbortSignal;
   logger: Logger;
-  retry: { baseMs: number; maxMs: number };
 }
 
 /**
@@ -48,8 +46,8 @@ export class ExpansionAborted extends Error {}
 /**
  * Decide each event's subject: embedded by the feed, fetched by its link (each distinct URL once
  * per page, at most `concurrency` in flight), `gone` on 404, `deleted` for *_deleted events,
- * `skipped` when expansion is off. A failing fetch is retried on its own until it succeeds; the
- * page waits for it rather than being refetched.
+ * `skipped` when expansion is off. A fetch that still fails after the client's retries fails the
+ * page (SubjectUnavailableError): the poller retries it with its backoff, as any failing page.
  */
 export async function expandSubjects(events: FeedEvent[], opts: ExpandOptions): Promise<Expansion> {
   const toFetch = new Set<string>();
@@ -97,34 +95,28 @@ export async function expandSubjects(events: FeedEvent[], opts: ExpandOptions): 
 }
 
 /**
- * A subject that cannot be had whatever the retries (refused by feedsync, 403, another 4xx): the
- * page fails with the event named, so the poller's backoff, `polls_total{outcome="error"}` and
- * readiness show it, instead of an endless retry inside the page that nothing reports.
+ * A subject that could not be had (refused by feedsync, 403, another 4xx, or still failing after the
+ * client's own retries: 5xx, timeouts, undecodable bodies): the page fails with the event named, so
+ * the poller's backoff, `polls_total{outcome="error"}` and readiness show it, as for a failing feed
+ * page, instead of an endless retry inside the page that nothing reports. `retryable` is the
+ * cause's: whether asking again later may succeed.
  */
 export class SubjectUnavailableError extends FeedsyncError {
   override name = 'SubjectUnavailableError';
   constructor(event: FeedEvent, cause: FeedsyncError) {
-    super(`subject of event ${event.id} (${event.event_type}): ${cause.message}`, false, { cause });
+    super(`subject of event ${event.id} (${event.event_type}): ${cause.message}`, cause.retryable, { cause });
   }
 }
 
 async function fetchSubject(url: string, event: FeedEvent, opts: ExpandOptions): Promise<SubjectOutcome> {
-  for (let attempt = 0; ; attempt++) {
-    if (opts.signal.aborted) throw new ExpansionAborted('shutting down');
-    try {
-      const res = await opts.client.get(url, { kind: 'subject', signal: opts.signal });
-      if (res.status !== 200) return { state: 'gone', subject: null };
-      return { state: 'present', subject: res.resource as Resource };
-    } catch (err) {
-      // Wrong credentials are not fixed by hammering: hand it to the poller's slow retry.
-      if (err instanceof UpstreamAuthError || opts.signal.aborted) throw err;
-      if (err instanceof FeedsyncError && !err.retryable) throw new SubjectUnavailableError(event, err);
-      const delay = backoffDelay(attempt, opts.retry.baseMs, opts.retry.maxMs);
-      opts.logger.warn(
-        { url, attempt: attempt + 1, err: errorMessage(err) },
-        'subject fetch failed; retrying',
-      );
-      if (!(await sleep(delay, opts.signal))) throw new ExpansionAborted('shutting down');
-    }
+  if (opts.signal.aborted) throw new ExpansionAborted('shutting down');
+  try {
+    const res = await opts.client.get(url, { kind: 'subject', signal: opts.signal });
+    if (res.status !== 200) return { state: 'gone', subject: null };
+    return { state: 'present', subject: res.resource as Resource };
+  } catch (err) {
+    // The client already retried what may pass soon; wrong credentials go to the poller's slow retry.
+    if (err instanceof UpstreamAuthError || opts.signal.aborted || !(err instanceof FeedsyncError)) throw err;
+    throw new SubjectUnavailableError(event, err);
   }
 }

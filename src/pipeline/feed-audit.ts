@@ -16,7 +16,7 @@
 import { errorMessage } from '../core/errors.js';
 import type { FeedEvent } from './change.js';
 import { PAGE_SIZE } from './cursor.js';
-import { readFeedEvents } from './feed-page.js';
+import { readFeedPage } from './feed-page.js';
 import {
   commitEvents,
   expand,
@@ -92,7 +92,7 @@ export class FeedAudit {
       const url = feedUrl(deps.source, deps.adapter, after, deps.source.event_types);
       const res = await deps.client.get(url, { kind: 'feed', signal: deps.signal });
       if (res.status !== 200) throw new Error(`feed ${url} answered ${res.status}`);
-      const listed = readFeedEvents(res.resource, url);
+      const listed = readFeedPage(deps, res.resource, url);
       for (const e of listed) {
         if (e.id <= position.cursor && e.id > state.floor && !state.recent.has(e.id)) missed.set(e.id, e);
       }

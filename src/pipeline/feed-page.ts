@@ -1,44 +1,113 @@
-import { DecodeError, FeedsyncError } from '../core/errors.js';
+import { DecodeError, FeedsyncError, UpstreamRefusedError } from '../core/errors.js';
 import { isNormalizedCollection, type Json, type Representation, type Resource } from '../core/resource.js';
 import { normalizeDateTime } from '../upstream/datetime.js';
 import type { FeedEvent } from './change.js';
 import type { PollerDeps } from './poll-context.js';
 
 /**
+ * How far ahead of this machine's clock an event's timestamp may be. A timestamp is the service's
+ * claim of when the event occurred, and sinks order changes by it (a mirror applies a change only
+ * if it is newer than the row's): one from the far future would freeze its subject there. A day
+ * covers any zone offset (at most 14 h) of a zone-less timestamp written in local time, which the
+ * workflow reading takes as UTC, plus clock drift on either side; anything further is a broken
+ * clock or a hostile feed.
+ */
+export const MAX_FUTURE_SKEW_MS = 24 * 60 * 60 * 1000;
+/** The earliest timestamp accepted: the Unix epoch (an earlier one is a default value, not an event). */
+export const EARLIEST_TIMESTAMP = '1970-01-01T00:00:00.000Z';
+/** Upstream values quoted in an error are cut to this many characters. */
+const SHOWN_CHARS = 64;
+
+/**
  * Turn a decoded feed response into events, checking every field the pipeline relies on. A page
  * with an unusable event fails as a whole (and is retried): skipping the event would lose it.
+ * An event feedsync cannot take as it is (id, timestamp, type) is an UpstreamRefusedError with
+ * reason `invalid_event` naming the entry and the value; `now` is this machine's clock (epoch ms).
  */
-export function readFeedEvents(page: Representation, url: string): FeedEvent[] {
+export function readFeedEvents(page: Representation, url: string, now = Date.now()): FeedEvent[] {
   if (!isNormalizedCollection(page))
-    throw new DecodeError(url, `expected a collection of events, got a "${page.resource_type}"`);
-  return page.entries.map((entry, i) => readEvent(entry, `${url} (entry ${i})`));
+    throw new DecodeError(url, `expected a collection of events, got a ${show(page.resource_type)}`);
+  return page.entries.map((entry, i) => readEvent(entry, i, url, now));
 }
 
-function readEvent(entry: Json, where: string): FeedEvent {
+/**
+ * readFeedEvents for the poller and its readers: a refused event is also reported (counted in
+ * feedsync_upstream_refusals_total{reason="invalid_event"}).
+ */
+export function readFeedPage(
+  deps: Pick<PollerDeps, 'events' | 'source'>,
+  page: Representation,
+  url: string,
+): FeedEvent[] {
+  try {
+    return readFeedEvents(page, url);
+  } catch (err) {
+    if (err instanceof UpstreamRefusedError)
+      deps.events.emit('upstream:refused', { source: deps.source.name, reason: err.reason, url: err.url });
+    throw err;
+  }
+}
+
+function readEvent(entry: Json, index: number, url: string, now: number): FeedEvent {
   const fail = (what: string): never => {
-    throw new DecodeError(where, what);
+    throw new UpstreamRefusedError(url, 'invalid_event', `feed entry ${index}: ${what}`);
   };
   if (!isResource(entry)) return fail(`entry is ${entry === null ? 'null' : typeof entry}, not an event`);
   const e = entry;
-  if (typeof e.id !== 'number' || !Number.isSafeInteger(e.id) || e.id < 0)
-    fail(`event id is missing or not an integer (${JSON.stringify(e.id)})`);
-  if (typeof e.event_type !== 'string' || e.event_type.trim() === '') fail(`event ${e.id} has no event_type`);
+  const id = eventId(e.id, fail);
+  if (typeof e.event_type !== 'string' || e.event_type.trim() === '')
+    fail(`event ${id} has no event_type (${show(e.event_type)})`);
   // A timestamp without a zone (the workflow spec only says "ISO 8601") is taken as UTC, never
   // as this machine's local time.
   const timestamp =
     typeof e.timestamp === 'string' ? normalizeDateTime(e.timestamp.trim(), 'utc') : undefined;
-  if (timestamp === undefined) fail(`event ${e.id} has no valid timestamp (${JSON.stringify(e.timestamp)})`);
+  if (timestamp === undefined) return fail(`event ${id} has no valid timestamp (${show(e.timestamp)})`);
+  const at = Date.parse(timestamp);
+  if (!(at >= 0)) fail(`event ${id} has timestamp ${show(e.timestamp)}, before ${EARLIEST_TIMESTAMP}`);
+  if (at > now + MAX_FUTURE_SKEW_MS)
+    fail(
+      `event ${id} has timestamp ${show(e.timestamp)}, more than ${MAX_FUTURE_SKEW_MS / 3_600_000} h ` +
+        `ahead of this machine's clock (${new Date(now).toISOString()})`,
+    );
   const changes = changeNames(e.changes);
   return {
-    id: e.id as number,
+    id,
     event_type: (e.event_type as string).trim(),
-    timestamp: timestamp!,
+    timestamp,
     changes,
     self_link: typeof e.self_link === 'string' ? e.self_link : null,
     subject_link: typeof e.subject_link === 'string' ? e.subject_link : null,
     subject: isResource(e.subject) ? e.subject : undefined,
     source: isResource(e.source) ? e.source : undefined,
   };
+}
+
+/**
+ * An event id feedsync can hold exactly: a non-negative integer up to 2^53−1. A JSON number above
+ * that is rounded by the parser, but never below 2^53 (rounding keeps order and 2^53−1 is exact),
+ * so the check on the parsed value refuses every such id; an XML id typed integer is refused by the
+ * decoder already, an untyped one is text and refused here.
+ */
+function eventId(value: Json | undefined, fail: (what: string) => never): number {
+  if (value === undefined || value === null) return fail('event has no id');
+  if (typeof value !== 'number') return fail(`event id ${show(value)} is not a number`);
+  if (!Number.isInteger(value)) return fail(`event id ${show(value)} is not an integer`);
+  if (value < 0) return fail(`event id ${show(value)} is negative`);
+  if (!Number.isSafeInteger(value))
+    return fail(
+      `event id ${show(value)} is above 2^53−1 (${Number.MAX_SAFE_INTEGER}), the largest id feedsync ` +
+        'can hold exactly (a JSON number this large may already have been rounded by parsing)',
+    );
+  return value;
+}
+
+/** An upstream value for an error message: numbers as they are, text quoted and cut, anything else named. */
+export function show(value: unknown): string {
+  if (typeof value === 'string')
+    return JSON.stringify(value.length > SHOWN_CHARS ? `${value.slice(0, SHOWN_CHARS)}…` : value);
+  if (typeof value === 'number' || typeof value === 'boolean' || value === null || value === undefined)
+    return String(value);
+  return Array.isArray(value) ? 'a list' : 'an object';
 }
 
 /**
@@ -82,7 +151,7 @@ export function distinctEvents(
     if (!sameEvent(first, e)) {
       throw new FeedsyncError(
         `feed page ${url} lists event ${e.id} twice with different contents ` +
-          `(${first.event_type} at ${first.timestamp}, then ${e.event_type} at ${e.timestamp}); ` +
+          `(${show(first.event_type)} at ${first.timestamp}, then ${show(e.event_type)} at ${e.timestamp}); ` +
           'one of them would be lost, so the page is refused and the cursor stays: report it to the service operators',
         true,
       );

@@ -57,7 +57,6 @@ export function expand(deps: PollerDeps, state: PageState, events: FeedEvent[], 
     limiter: state.subjects,
     signal,
     logger: deps.logger,
-    retry: { baseMs: 500, maxMs: 30_000 },
   });
 }
 
@@ -96,7 +95,7 @@ export async function commitEvents(
     seenAbove: next.seenAbove,
     from,
   });
-  for (const e of events) state.recent.add(e.id);
+  for (const e of events) state.recent.add(e);
   const lastEventAt = newestEventAt(events);
   deps.events.emit('page:committed', {
     source: source.name,

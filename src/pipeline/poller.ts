@@ -8,7 +8,7 @@ import { nextCursor, observedDisorder, PAGE_SIZE } from './cursor.js';
 import { ExpansionAborted, GoneSubjects, type Expansion } from './expand.js';
 import { CatchUp } from './catch-up.js';
 import { FeedAudit } from './feed-audit.js';
-import { distinctEvents, readFeedEvents } from './feed-page.js';
+import { distinctEvents, readFeedEvents, readFeedPage } from './feed-page.js';
 import { Semaphore } from '../semaphore.js';
 import {
   commitEvents,
@@ -274,13 +274,15 @@ async function readPage(
 ): Promise<PageRead> {
   const res = await deps.client.get(url, { kind: 'feed', signal });
   if (res.status !== 200) throw new Error(`feed ${url} answered ${res.status}: check the source's base_url`);
-  const listed = distinctEvents(deps, readFeedEvents(res.resource, url), url);
+  const listed = distinctEvents(deps, readFeedPage(deps, res.resource, url), url);
   const full = listed.length >= PAGE_SIZE;
   if (full) noteDisorder(deps, state, listed, url);
 
-  const pending = new Set(before.map((e) => e.id));
-  const known = (id: number) => state.recent.has(id) || pending.has(id);
-  const fresh = pickFresh(deps, state, position, listed, url, known);
+  const fresh = pickFresh(deps, state, position, listed, url, before);
+  if (position.cursor === 0 && state.floor < 0 && !listed.some((e) => e.id === 0)) {
+    const zero = await listedEventZero(deps, signal);
+    if (zero && !state.recent.has(0)) fresh.unshift(zero);
+  }
   noteUnknownTypes(deps, state, fresh);
 
   const next = nextCursor(
@@ -294,9 +296,27 @@ async function readPage(
 }
 
 /**
+ * Event 0 is newer than no `newer_than` (the specs' filter is "a greater id", and ids start at 0 at
+ * the lowest), so no request after a cursor lists it; the feed asked without newer_than does when
+ * it holds at most 50 events (the scheduling feed answers its last 50, the workflow feed its first
+ * or last 50). So while a source that starts from `earliest` (or from a stored cursor of 0) is
+ * still at cursor 0, each page is read that way too, and event 0, when listed and not delivered by
+ * this process yet, is delivered first. A scheduling feed that already holds more than 50 events
+ * never lists event 0 again (docs/upstream-security.md says so).
+ */
+async function listedEventZero(deps: PollerDeps, signal: AbortSignal): Promise<FeedEvent | undefined> {
+  const url = feedUrl(deps.source, deps.adapter, undefined, deps.source.event_types);
+  const res = await deps.client.get(url, { kind: 'feed', signal });
+  if (res.status !== 200) throw new Error(`feed ${url} answered ${res.status}: check the source's base_url`);
+  return readFeedPage(deps, res.resource, url).find((e) => e.id === 0);
+}
+
+/**
  * The events to deliver: those above the cursor not yet queued, and those at or below it that this
  * process never committed (a feed must not list them, but one that does must not lose them): they
- * are delivered late and counted. Below the operator's `start_from` nothing is taken.
+ * are delivered late and counted. Below the operator's `start_from` nothing is taken. An event
+ * already queued (`before`: the page being committed meanwhile) is not delivered again; listed with
+ * other contents, it is reported (see reportRelisted).
  */
 function pickFresh(
   deps: PollerDeps,
@@ -304,16 +324,23 @@ function pickFresh(
   position: Position,
   listed: FeedEvent[],
   url: string,
-  known: (id: number) => boolean,
+  before: FeedEvent[],
 ): FeedEvent[] {
   const queuedAbove = new Set(position.seenAbove);
+  const pending = new Map(before.map((e) => [e.id, e]));
   const fresh: FeedEvent[] = [];
   for (const e of listed) {
-    if (e.id > position.cursor) {
-      if (!queuedAbove.has(e.id)) fresh.push(e);
+    const queued =
+      e.id > position.cursor ? queuedAbove.has(e.id) : state.recent.has(e.id) || pending.has(e.id);
+    if (queued) {
+      reportRelisted(deps, state, e, pending.get(e.id), url);
       continue;
     }
-    if (known(e.id) || e.id <= state.floor) continue;
+    if (e.id > position.cursor) {
+      fresh.push(e);
+      continue;
+    }
+    if (e.id <= state.floor) continue;
     deps.events.emit('feed:anomaly', { source: deps.source.name, kind: 'behind_cursor', eventId: e.id });
     deps.logger.warn(
       { event_id: e.id, cursor: position.cursor, url },
@@ -322,6 +349,30 @@ function pickFresh(
     fresh.push(e);
   }
   return fresh;
+}
+
+/**
+ * An event listed again after its change was queued, with another type, subject, timestamp or
+ * changes. The contract makes a change's key (source and event id) name one change, and the first
+ * is on its way to the sinks: the second is not delivered under the same key, but it is logged and
+ * counted (`relisted_changed`) once per id and contents, so the operator can ask the service why.
+ */
+function reportRelisted(
+  deps: PollerDeps,
+  state: PageState,
+  e: FeedEvent,
+  pending: FeedEvent | undefined,
+  url: string,
+): void {
+  const differs = state.recent.changed(e, pending);
+  if (!differs) return;
+  deps.events.emit('feed:anomaly', { source: deps.source.name, kind: 'relisted_changed', eventId: e.id });
+  deps.logger.warn(
+    { event_id: e.id, differs, url },
+    `feed lists event ${e.id} again with other contents (see differs); the change queued first ` +
+      `is kept (key ${deps.source.name}:${e.id}) and this listing is not delivered. ` +
+      'Ask the service operators why an event changed after it was listed',
+  );
 }
 
 /**
@@ -367,7 +418,8 @@ function noteUnknownTypes(deps: PollerDeps, state: PageState, fresh: FeedEvent[]
  * and page forward until a short page, emitting nothing; the largest id seen is the start. That
  * holds whatever the feed answers without newer_than (the scheduling feed: its last 50; the
  * workflow spec leaves it open), at the cost of reading through the backlog when it answers the
- * oldest events. An empty feed starts from the beginning (0).
+ * oldest events. An empty feed starts from the beginning (0). `earliest`: cursor 0, event 0 included
+ * (listedEventZero), as after a stored cursor of 0.
  */
 async function startPosition(deps: PollerDeps, state: PageState): Promise<Position> {
   const { source } = deps;
@@ -383,12 +435,22 @@ async function startPosition(deps: PollerDeps, state: PageState): Promise<Positi
       { sink },
       `sink ${sink} is new to source ${source.name}: back-filling it from its start_from`,
     );
-  if (stored) return { cursor: stored.eventId, seenAbove: stored.seenAbove };
+  if (stored) {
+    // At 0 (nothing after event 0 committed yet, or a reset to earliest): event 0 may still be
+    // unread. Reading it again after a restart is a copy under the same key, as for any event
+    // behind the cursor after a restart; never reading it would be a loss.
+    if (stored.eventId === 0) state.floor = -1;
+    return { cursor: stored.eventId, seenAbove: stored.seenAbove };
+  }
   if (typeof source.start_from === 'number') {
     state.floor = source.start_from;
     return { cursor: source.start_from, seenAbove: [] };
   }
-  if (source.start_from === 'earliest') return { cursor: 0, seenAbove: [] };
+  if (source.start_from === 'earliest') {
+    // Nothing is excluded, not even event 0 (see listedEventZero).
+    state.floor = -1;
+    return { cursor: 0, seenAbove: [] };
+  }
 
   const newest = await findLatestEventId(deps.client, source.base_url, deps.signal);
   state.floor = newest;

@@ -1,8 +1,9 @@
 // Property: readFeedEvents on a decoded page whose events carry random field values returns one
-// well-formed event per entry, in order, or throws a DecodeError naming the URL and the entry.
+// well-formed event per entry, in order, or throws an invalid_event refusal naming the URL and the
+// entry.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { DecodeError } from '../../src/core/errors.js';
+import { DecodeError, UpstreamRefusedError } from '../../src/core/errors.js';
 import { readFeedEvents } from '../../src/pipeline/feed-page.js';
 import type { Json, Resource } from '../../src/core/resource.js';
 
@@ -35,6 +36,8 @@ const typeArb = fc.oneof(
   anyJson,
 );
 const timestampArb = fc.oneof(
+  // Mostly within what is accepted (the epoch to now), sometimes anywhere a Date can be.
+  fc.date({ noInvalidDate: true, min: new Date(0), max: new Date() }).map((d) => d.toISOString()),
   fc.date({ noInvalidDate: true }).map((d) => d.toISOString()),
   fc.constantFrom('2026-11-20T10:15:02+01:00', '2026-13-45T99:99:99Z', 'yesterday', '', '0', 'Infinity'),
   fc.string(),
@@ -57,7 +60,7 @@ const eventArb = fc.record(
 ) as fc.Arbitrary<Resource>;
 
 describe(`readFeedEvents with random event fields (replay: FEEDSYNC_BAD_INPUT_SEED=${SEED})`, () => {
-  it('gives every entry as a well-formed event, in order, or a DecodeError naming the entry', () => {
+  it('gives every entry as a well-formed event, in order, or an invalid_event refusal naming the entry', () => {
     let accepted = 0;
     let rejected = 0;
     fc.assert(
@@ -67,9 +70,11 @@ describe(`readFeedEvents with random event fields (replay: FEEDSYNC_BAD_INPUT_SE
         try {
           events = readFeedEvents(page, URL);
         } catch (err) {
-          if (!(err instanceof DecodeError)) throw err;
-          expect(err.message).toMatch(/\(entry \d+\)/);
+          if (!(err instanceof UpstreamRefusedError) || err.reason !== 'invalid_event') throw err;
+          expect(err.message).toMatch(/: feed entry \d+: /);
           expect(err.message).toContain(URL);
+          // Upstream values are quoted cut: a message stays short whatever the entry holds.
+          expect(err.message.length).toBeLessThan(URL.length + 400);
           rejected++;
           return;
         }
@@ -82,6 +87,8 @@ describe(`readFeedEvents with random event fields (replay: FEEDSYNC_BAD_INPUT_SE
           expect(e.event_type).toBe((raw.event_type as string).trim());
           expect(e.event_type).not.toBe('');
           expect(e.timestamp).toBe(new Date(raw.timestamp as string).toISOString());
+          expect(Date.parse(e.timestamp)).toBeGreaterThanOrEqual(0);
+          expect(Date.parse(e.timestamp)).toBeLessThanOrEqual(Date.now() + 24 * 3600_000);
           expect(e.changes.every((c) => c !== '' && c === c.trim())).toBe(true);
           for (const link of [e.self_link, e.subject_link])
             expect(link === null || typeof link === 'string').toBe(true);

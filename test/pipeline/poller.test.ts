@@ -63,8 +63,12 @@ class ScriptedUpstream implements UpstreamClient {
     if (opts.kind === 'feed') {
       const err = this.feedError?.();
       if (err) throw err;
-      const after = Number(new URL(url).searchParams.get('newer_than') ?? 0);
-      const entries = this.events.filter((e) => (e.id as number) > after).slice(0, 50);
+      const newerThan = new URL(url).searchParams.get('newer_than');
+      // Without newer_than: the last 50 events (the scheduling spec's reading).
+      const entries =
+        newerThan === null
+          ? this.events.slice(-50)
+          : this.events.filter((e) => (e.id as number) > Number(newerThan)).slice(0, 50);
       return { status: 200, url, resource: { resource_type: 'events', entries } };
     }
     const left = this.subjectFailures.get(url) ?? 0;
@@ -113,9 +117,10 @@ function start(
   client: ScriptedUpstream,
   over: Partial<SourceConfig> = {},
   auditIntervalMs?: number,
-  opts: { statusNeverAnswers?: boolean } = {},
+  opts: { statusNeverAnswers?: boolean; cursor?: number } = {},
 ) {
   const cursors = new CursorStore(openStore(join(tempDir(), 'store.db')));
+  if (opts.cursor !== undefined) cursors.save('wf', opts.cursor, []);
   const sourceState = sqliteSourceState(cursors);
   // A status write caught in a failover that the Redis client never settles.
   if (opts.statusNeverAnswers) sourceState.recordPoll = () => new Promise<void>(() => undefined);
@@ -133,6 +138,10 @@ function start(
   events.on('poll:finished', (e) => {
     if (!e.ok) errors.push(String((e.error as Error)?.message));
   });
+  const refusals: string[] = [];
+  events.on('upstream:refused', (e) => refusals.push(e.reason));
+  // Warnings and errors, parsed.
+  const logs: { msg: string; [k: string]: unknown }[] = [];
   const done = runPoller({
     source: source(over),
     adapter: services.workflow,
@@ -140,11 +149,11 @@ function start(
     queue,
     sourceState,
     events,
-    logger: pino({ level: 'silent' }),
+    logger: pino({ level: 'warn' }, { write: (line: string) => logs.push(JSON.parse(line)) }),
     signal: stop.signal,
     ...(auditIntervalMs === undefined ? {} : { auditIntervalMs }),
   });
-  return { queue, cursors, polls, unknown, anomalies, errors, stop, done };
+  return { queue, cursors, polls, unknown, anomalies, errors, refusals, logs, stop, done };
 }
 
 const job = (n: string): Resource => ({ resource_type: 'job', id: Number(n), name: `job ${n}` });
@@ -189,17 +198,23 @@ describe('poller', () => {
     expect(up.requests.filter((r) => r === url('8'))).toHaveLength(0);
   });
 
-  it('retries a failing subject on its own without refetching the page, and commits nothing meanwhile', async () => {
+  it('fails the page when a subject still fails after the client retried it: counted, retried with backoff, then committed whole', async () => {
     const up = new ScriptedUpstream([ev(1, 'job_updated', '7'), ev(2, 'job_updated', '8')], {
       [url('7')]: job('7'),
       [url('8')]: job('8'),
     });
+    // The scripted client does not retry: each failure here is one the real client gave up on.
     up.subjectFailures.set(url('8'), 3);
     const p = start(up);
     await waitFor(() => p.queue.changes.length === 2, 10_000, 'both changes');
-    expect(up.requests.filter((r) => r.includes('/api/events'))).toHaveLength(1 + (p.polls.length - 1));
+    expect(p.polls.slice(0, 4)).toEqual([false, false, false, true]);
+    expect(p.errors).toHaveLength(3);
+    for (const err of p.errors)
+      expect(err).toMatch(/subject of event 2 \(job_updated\): HTTP 503 on GET .*jobs\/8/);
     expect(up.requests.filter((r) => r === url('8'))).toHaveLength(4);
-    expect(p.queue.commits[0]!.changes).toHaveLength(2);
+    const pages = p.queue.commits.filter((c) => c.changes.length);
+    expect(pages).toHaveLength(1);
+    expect(pages[0]!.changes).toHaveLength(2);
   });
 
   it('delivers an event type the specs do not list, reporting it once per type', async () => {
@@ -373,7 +388,9 @@ describe('no silent loss from a feed that breaks its own rules', () => {
     await waitFor(() => p.errors.length >= 2, 10_000, 'failed polls');
     expect(p.queue.commits).toHaveLength(0);
     expect(p.cursors.get('wf')).toBeUndefined();
-    expect(p.errors[0]).toMatch(/lists event 2 twice with different contents \(job_updated .*job_deleted/);
+    expect(p.errors[0]).toMatch(
+      /lists event 2 twice with different contents \("job_updated" .*"job_deleted"/,
+    );
   });
 
   it('delivers late an event listed behind the cursor that was never delivered, and counts it', async () => {
@@ -397,6 +414,96 @@ describe('no silent loss from a feed that breaks its own rules', () => {
     // 5 and 6 were delivered by this process: a re-listing, skipped; 3 never was.
     expect(ids(p)).toEqual([5, 6, 3, 7]);
     expect(p.anomalies).toEqual(['behind_cursor:3']);
+  });
+
+  it('reports an event listed again with another type or subject once, keeping the change queued first', async () => {
+    const up = new ScriptedUpstream([ev(5, 'job_updated', '7'), ev(6, 'job_updated', '7')], {
+      [url('7')]: job('7'),
+      [url('8')]: job('8'),
+    });
+    const p = start(up);
+    await waitFor(() => ids(p).length === 2, 5000, 'first changes');
+    const changed = [ev(5, 'job_deleted', '8'), ev(6, 'job_updated', '7'), ev(7, 'job_updated', '7')];
+    let listings = 0;
+    up.get = async (u: string, o) => {
+      if (o.kind !== 'feed') return ScriptedUpstream.prototype.get.call(up, u, o);
+      listings++;
+      return { status: 200, url: u, resource: { resource_type: 'events', entries: changed } };
+    };
+    await waitFor(() => ids(p).length === 3 && listings >= 4, 5000, 'the new change and more polls');
+    expect(ids(p)).toEqual([5, 6, 7]);
+    expect(p.queue.changes[0]).toMatchObject({ event_type: 'job_updated', subject_url: url('7') });
+    expect(p.anomalies, 'counted once, not at every listing').toEqual(['relisted_changed:5']);
+    const warned = p.logs.filter((l) => l.msg.startsWith('feed lists event 5 again with other contents'));
+    expect(warned).toHaveLength(1);
+    expect(warned[0]).toMatchObject({
+      event_id: 5,
+      differs: ['event_type: "job_updated" → "job_deleted"', `subject_link: "${url('7')}" → "${url('8')}"`],
+    });
+    expect(warned[0]!.msg).toContain('the change queued first is kept (key wf:5)');
+  });
+
+  it('reads event 0 when starting from earliest, first, and once', async () => {
+    const up = new ScriptedUpstream(
+      [ev(0, 'job_created', '7'), ev(1, 'job_updated', '7'), ev(2, 'job_updated', '8')],
+      {
+        [url('7')]: job('7'),
+        [url('8')]: job('8'),
+      },
+    );
+    const p = start(up);
+    await waitFor(() => ids(p).length === 3, 5000, 'three changes');
+    await waitFor(() => p.polls.length >= 4, 5000, 'more polls');
+    expect(ids(p)).toEqual([0, 1, 2]);
+    expect(p.anomalies).toEqual([]);
+    expect(p.cursors.get('wf')).toEqual({ eventId: 2, seenAbove: [] });
+    // Asked without newer_than only while at cursor 0.
+    const unfiltered = up.requests.filter((r) => r.includes('/api/events') && !r.includes('newer_than'));
+    expect(unfiltered).toHaveLength(1);
+  });
+
+  it('reads a feed holding only event 0 once, however often it is asked again', async () => {
+    const up = new ScriptedUpstream([ev(0, 'job_created', '7')], { [url('7')]: job('7') });
+    const p = start(up);
+    await waitFor(() => p.polls.filter(Boolean).length >= 5, 5000, 'five polls');
+    expect(ids(p)).toEqual([0]);
+    expect(p.cursors.get('wf')).toEqual({ eventId: 0, seenAbove: [] });
+  });
+
+  it('reads event 0 from a stored cursor of 0 (a reset to earliest), not from a stored cursor past it', async () => {
+    const events = [ev(0, 'job_created', '7'), ev(1, 'job_updated', '7')];
+    const reset = start(new ScriptedUpstream(events, { [url('7')]: job('7') }), {}, undefined, { cursor: 0 });
+    await waitFor(() => ids(reset).length === 2, 5000, 'both changes');
+    expect(ids(reset)).toEqual([0, 1]);
+    const up = new ScriptedUpstream([...events, ev(2, 'job_updated', '7')], { [url('7')]: job('7') });
+    const later = start(up, {}, undefined, { cursor: 1 });
+    await waitFor(() => ids(later).length === 1 && later.polls.length >= 3, 5000, 'one change, more polls');
+    expect(ids(later)).toEqual([2]);
+    expect(up.requests.filter((r) => r.includes('/api/events') && !r.includes('newer_than'))).toEqual([]);
+  });
+
+  it('does not look for event 0 from a numeric start_from', async () => {
+    const up = new ScriptedUpstream([ev(0, 'job_created', '7'), ev(1, 'job_updated', '7')], {
+      [url('7')]: job('7'),
+    });
+    const p = start(up, { start_from: 0 });
+    await waitFor(() => ids(p).length === 1 && p.polls.length >= 3, 5000, 'one change, more polls');
+    expect(ids(p)).toEqual([1]);
+    expect(up.requests.filter((r) => r.includes('/api/events') && !r.includes('newer_than'))).toEqual([]);
+  });
+
+  it('refuses a page with an event timestamped beyond the horizon, counting it, and commits nothing', async () => {
+    const up = new ScriptedUpstream(
+      [ev(1, 'job_updated', '7'), { ...ev(2, 'job_updated', '7'), timestamp: '9999-01-01T00:00:00Z' }],
+      { [url('7')]: job('7') },
+    );
+    const p = start(up);
+    await waitFor(() => p.errors.length >= 2, 10_000, 'failed polls');
+    expect(p.queue.commits).toHaveLength(0);
+    expect(p.errors[0]).toMatch(
+      /^refused GET http:\/\/upstream\.test\/wf\/api\/events\?newer_than=0: feed entry 1: event 2 has timestamp "9999-01-01T00:00:00Z", more than 24 h ahead/,
+    );
+    expect(p.refusals.slice(0, 2)).toEqual(['invalid_event', 'invalid_event']);
   });
 
   it('raises the cursor rule bound when a full page shows more disorder, losing nothing', async () => {
