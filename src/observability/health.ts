@@ -4,7 +4,7 @@
 // process restarted by Kubernetes (that would not fix the outage and would lose progress).
 import type { PipelineEvents } from '../core/events.js';
 import { errorMessage } from '../core/errors.js';
-import { redactUrlUserinfo } from './redact-text.js';
+import { redactUrlCredentials } from './redact-text.js';
 
 export interface ReadinessStatus {
   ready: boolean;
@@ -46,7 +46,7 @@ export function createReadiness(opts: ReadinessOptions): Readiness {
     const previous = consecutiveFailures.get(e.source);
     consecutiveFailures.set(e.source, {
       count: (previous?.count ?? 0) + 1,
-      lastError: e.error === undefined ? 'unknown error' : redactUrlUserinfo(errorMessage(e.error)),
+      lastError: e.error === undefined ? 'unknown error' : redactUrlCredentials(errorMessage(e.error)),
     });
   });
 
@@ -83,7 +83,7 @@ async function runCheck(name: string, check: ReadinessCheck, timeoutMs: number):
     if (result === 'timeout') return `check "${name}" did not answer within ${timeoutMs} ms`;
     return result === true ? undefined : `check "${name}" failed`;
   } catch (err) {
-    return `check "${name}" failed: ${redactUrlUserinfo(errorMessage(err))}`;
+    return `check "${name}" failed: ${redactUrlCredentials(errorMessage(err))}`;
   } finally {
     clearTimeout(timer);
   }

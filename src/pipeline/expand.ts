@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import { backoffDelay, sleep } from '../backoff.js';
+import { cut } from '../core/bounded-text.js';
 import { errorMessage, FeedsyncError, UpstreamAuthError } from '../core/errors.js';
 import type { UpstreamClient } from '../upstream/client.js';
 import type { Resource } from '../core/resource.js';
@@ -104,7 +105,7 @@ export async function expandSubjects(events: FeedEvent[], opts: ExpandOptions): 
 export class SubjectUnavailableError extends FeedsyncError {
   override name = 'SubjectUnavailableError';
   constructor(event: FeedEvent, cause: FeedsyncError) {
-    super(`subject of event ${event.id} (${event.event_type}): ${cause.message}`, false, { cause });
+    super(`subject of event ${event.id} (${cut(event.event_type)}): ${cause.message}`, false, { cause });
   }
 }
 
@@ -121,7 +122,7 @@ async function fetchSubject(url: string, event: FeedEvent, opts: ExpandOptions):
       if (err instanceof FeedsyncError && !err.retryable) throw new SubjectUnavailableError(event, err);
       const delay = backoffDelay(attempt, opts.retry.baseMs, opts.retry.maxMs);
       opts.logger.warn(
-        { url, attempt: attempt + 1, err: errorMessage(err) },
+        { url: cut(url), attempt: attempt + 1, err: errorMessage(err) },
         'subject fetch failed; retrying',
       );
       if (!(await sleep(delay, opts.signal))) throw new ExpansionAborted('shutting down');

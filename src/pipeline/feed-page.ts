@@ -1,3 +1,4 @@
+import { cut, quote } from '../core/bounded-text.js';
 import { DecodeError, FeedsyncError } from '../core/errors.js';
 import { isNormalizedCollection, type Json, type Representation, type Resource } from '../core/resource.js';
 import { normalizeDateTime } from '../upstream/datetime.js';
@@ -21,13 +22,13 @@ function readEvent(entry: Json, where: string): FeedEvent {
   if (!isResource(entry)) return fail(`entry is ${entry === null ? 'null' : typeof entry}, not an event`);
   const e = entry;
   if (typeof e.id !== 'number' || !Number.isSafeInteger(e.id) || e.id < 0)
-    fail(`event id is missing or not an integer (${JSON.stringify(e.id)})`);
+    fail(`event id is missing or not an integer (${quote(e.id)})`);
   if (typeof e.event_type !== 'string' || e.event_type.trim() === '') fail(`event ${e.id} has no event_type`);
   // A timestamp without a zone (the workflow spec only says "ISO 8601") is taken as UTC, never
   // as this machine's local time.
   const timestamp =
     typeof e.timestamp === 'string' ? normalizeDateTime(e.timestamp.trim(), 'utc') : undefined;
-  if (timestamp === undefined) fail(`event ${e.id} has no valid timestamp (${JSON.stringify(e.timestamp)})`);
+  if (timestamp === undefined) fail(`event ${e.id} has no valid timestamp (${quote(e.timestamp)})`);
   const changes = changeNames(e.changes);
   return {
     id: e.id as number,
@@ -82,7 +83,7 @@ export function distinctEvents(
     if (!sameEvent(first, e)) {
       throw new FeedsyncError(
         `feed page ${url} lists event ${e.id} twice with different contents ` +
-          `(${first.event_type} at ${first.timestamp}, then ${e.event_type} at ${e.timestamp}); ` +
+          `(${cut(first.event_type)} at ${first.timestamp}, then ${cut(e.event_type)} at ${e.timestamp}); ` +
           'one of them would be lost, so the page is refused and the cursor stays: report it to the service operators',
         true,
       );
