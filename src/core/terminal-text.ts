@@ -62,5 +62,10 @@ export function terminalSafe(text: string, opts: { newlines?: boolean } = {}): s
  * value.
  */
 export function terminalJson(value: unknown, space?: number): string {
-  return escapeUnsafe(JSON.stringify(value, null, space), (c) => JSON_SHORT[c] ?? `\\u${hex(c, 4)}`);
+  // C0 controls left in JSON text are its own line breaks and indentation: kept.
+  return escapeUnsafe(
+    JSON.stringify(value, null, space),
+    (c) => JSON_SHORT[c] ?? `\\u${hex(c, 4)}`,
+    (c) => c < 0x20,
+  );
 }
