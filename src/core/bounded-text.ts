@@ -14,15 +14,17 @@ const SLACK = 64;
  * `text` if it is at most `max` (+ SLACK) characters, else its first `max` characters (never half a
  * surrogate pair) and a note of how much was left out. A URL authority cut before its end loses
  * what it kept of it (`https://…`): the part after the cut may have been the `@` that made it
- * userinfo, and half a credential must not be shown either.
+ * userinfo, and half a credential must not be shown either. `omitted`: characters already taken
+ * off the end of `text` by the caller (it is then cut in any case, and they count in the note).
  */
-export function cut(text: string, max = MAX_SHOWN_CHARS): string {
-  if (text.length <= max + SLACK) return text;
-  let end = max;
+export function cut(text: string, max = MAX_SHOWN_CHARS, omitted = 0): string {
+  if (omitted === 0 && text.length <= max + SLACK) return text;
+  let end = Math.min(max, text.length);
   const last = text.charCodeAt(end - 1);
-  if (last >= 0xd800 && last <= 0xdbff) end--;
-  end = openAuthorityStart(text, end) ?? end;
-  return `${text.slice(0, end)}…[${text.length - end} more characters]`;
+  if (end < text.length && last >= 0xd800 && last <= 0xdbff) end--;
+  const continues = end < text.length ? !endsAuthority(text.charCodeAt(end)) : omitted > 0;
+  if (continues) end = openAuthorityStart(text, end) ?? end;
+  return `${text.slice(0, end)}…[${text.length - end + omitted} more characters]`;
 }
 
 /**
@@ -56,11 +58,10 @@ function endsAuthority(code: number): boolean {
 
 /**
  * Where to cut instead of `end` when `text[0, end)` ends inside the authority of a `scheme://`
- * (after the `//`, with no character that ends an authority since) and `text` goes on with
+ * (after the `//`, with no character that ends an authority since), the text going on with
  * authority characters: the position right after the `//`. Looks back at most one authority.
  */
 function openAuthorityStart(text: string, end: number): number | undefined {
-  if (end >= text.length || endsAuthority(text.charCodeAt(end))) return undefined;
   let i = end;
   while (i > 0 && !endsAuthority(text.charCodeAt(i - 1))) i--;
   // text[i, end) is the run of authority characters the cut falls in; it must follow "://".

@@ -91,7 +91,8 @@ export function createLogger(opts: LoggerOptions): Logger {
  */
 function cutField(text: string, scrub: TextRedactor): string {
   if (text.length <= MAX_LOG_FIELD_CHARS) return text;
-  return cut(scrub(text.slice(0, MAX_LOG_FIELD_CHARS + scrub.reach)), MAX_LOG_FIELD_CHARS);
+  const head = text.slice(0, MAX_LOG_FIELD_CHARS + scrub.reach);
+  return cut(scrub(head), MAX_LOG_FIELD_CHARS, text.length - head.length);
 }
 
 /** The log method's arguments with strings (the message, printf arguments) bounded. */
@@ -104,7 +105,7 @@ function boundArguments(args: Parameters<LogFn>, bound: (text: string) => string
 
 /**
  * A copy of a logged value, bounded in depth, width, string length and in all (once `budget` is
- * spent, what is left is left out); errors as pino shows them.
+ * spent, what is left is left out).
  */
 function boundObject(
   value: unknown,
@@ -126,8 +127,19 @@ function boundObject(
     if (value.length > MAX_ENTRIES) items.push(`…[${value.length - MAX_ENTRIES} more items]`);
     return items;
   }
-  const source = value instanceof Error ? (pino.stdSerializers.err(value) as object) : value;
-  const out: Record<string, unknown> = {};
+  const source = value as Record<string, unknown>;
+  // An error stays an instance of its class (pino's serializer names it by its constructor), with
+  // its message, stack and cause bounded like the rest.
+  const out: Record<string, unknown> =
+    value instanceof Error ? Object.create(Object.getPrototypeOf(value) as object) : {};
+  if (value instanceof Error) {
+    const hidden = (v: unknown) => ({ value: v, writable: true, configurable: true, enumerable: false });
+    Object.defineProperties(out, {
+      message: hidden(bound(value.message)),
+      stack: hidden(bound(value.stack ?? '')),
+      ...(value.cause !== undefined && { cause: hidden(boundObject(value.cause, bound, depth + 1, budget)) }),
+    });
+  }
   let n = 0;
   for (const key of Object.keys(source)) {
     if (n++ === MAX_ENTRIES || budget.chars <= 0) {
@@ -136,7 +148,7 @@ function boundObject(
     }
     const name = bound(key);
     budget.chars -= name.length;
-    out[name] = boundObject((source as Record<string, unknown>)[key], bound, depth + 1, budget);
+    out[name] = boundObject(source[key], bound, depth + 1, budget);
   }
   return out;
 }
