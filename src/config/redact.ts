@@ -140,8 +140,10 @@ function multiHostPasswords(value: string): string[] {
   }
 }
 
+/** Module options with credential-named values redacted, and the credentials of any URL among them. */
 function redactOptions(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(redactOptions);
+  if (typeof value === 'string') return redactUrlCredentials(value);
   if (value === null || typeof value !== 'object') return value;
   const out: Record<string, unknown> = {};
   for (const [key, inner] of Object.entries(value)) {
