@@ -347,11 +347,17 @@ try {
     // --help and --version exit 0; usage errors are 2 (docs/cli.md, exit codes).
     process.exit(err.exitCode === 0 ? 0 : 2);
   }
-  const { ConfigError, errorMessage } = await import('./core/errors.js');
+  const [{ ConfigError, errorMessage }, { terminalSafe }] = await Promise.all([
+    import('./core/errors.js'),
+    import('./core/terminal-text.js'),
+  ]);
+  // A message may quote upstream text (a feed read by `cursor reset --to latest`, say).
+  const say = (message: string) =>
+    process.stderr.write(`feedsync: ${terminalSafe(message, { newlines: true })}\n`);
   if (err instanceof ConfigError || err instanceof CommandError) {
-    process.stderr.write(`feedsync: ${err.message}\n`);
+    say(err.message);
     process.exit(err instanceof ConfigError ? 2 : err.exitCode);
   }
-  process.stderr.write(`feedsync: ${errorMessage(err)}\n`);
+  say(errorMessage(err));
   process.exit(1);
 }

@@ -1,4 +1,5 @@
 import type { FeedsyncConfig } from '../config/types.js';
+import { terminalJson, terminalSafe } from '../core/terminal-text.js';
 import type { DeadLetter } from '../queue/queue.js';
 import { openOps } from './admin.js';
 
@@ -41,7 +42,7 @@ export async function dlqCommand(
     const filter = { sink: opts.sink, key: opts.key };
     if (action === 'list') {
       const dead = await ops.admin.listDead(filter, opts.limit ?? 100);
-      if (opts.json) return out(JSON.stringify(dead.map(toJson), null, 2));
+      if (opts.json) return out(terminalJson(dead.map(toJson), 2));
       if (!dead.length) return out('no dead letters');
       for (const d of dead) out(line(d));
       return;
@@ -63,8 +64,10 @@ export async function dlqCommand(
 
 const letters = (n: number) => `${n} dead letter${n === 1 ? '' : 's'}`;
 
+/** One dead letter on one line; its texts (an upstream event type, an error quoting upstream) terminal-safe. */
 function line(d: DeadLetter): string {
-  return `${d.sink}\t${d.key}\t${d.change.event_type}\tattempts=${d.attempts}\t${new Date(d.failedAt).toISOString()}\t${d.error}`;
+  const [sink, key, type, error] = [d.sink, d.key, d.change.event_type, d.error].map((t) => terminalSafe(t));
+  return `${sink}\t${key}\t${type}\tattempts=${d.attempts}\t${new Date(d.failedAt).toISOString()}\t${error}`;
 }
 
 function toJson(d: DeadLetter): DeadLetterJson {

@@ -1,4 +1,5 @@
 import type { FeedsyncConfig } from '../config/types.js';
+import { terminalJson, terminalSafe } from '../core/terminal-text.js';
 import type { SinkState } from '../queue/sink-positions.js';
 import { readSinkPositions } from '../observability/sink-positions-view.js';
 import { openOps, type OpsHandles } from './admin.js';
@@ -75,7 +76,7 @@ export async function statusCommand(
   try {
     if (!opts.watch) {
       const report = await readStatus(config, ops);
-      return out(opts.json ? JSON.stringify(report, null, 2) : renderStatus(report));
+      return out(opts.json ? terminalJson(report, 2) : renderStatus(report));
     }
     // On a terminal the report is redrawn in place; piped, each refresh is appended, so a log
     // or `jq` keeps every one (one compact JSON document per line with --json).
@@ -84,7 +85,7 @@ export async function statusCommand(
     await untilInterrupted(async (interrupted) => {
       while (!interrupted.aborted) {
         const report = await readStatus(config, ops);
-        if (opts.json) out(JSON.stringify(report));
+        if (opts.json) out(terminalJson(report));
         else {
           const text = `feedsync status at ${new Date().toISOString()} (every ${opts.intervalS ?? 2} s; Ctrl-C to stop)\n\n${renderStatus(report)}`;
           // Home the cursor, draw, then clear whatever the previous, longer frame left below.
@@ -152,13 +153,14 @@ function renderStatus(report: StatusReport): string {
       `${s.source.padEnd(17)} ${String(s.cursor ?? '-').padEnd(13)} ${s.state.padEnd(13)} ${(s.last_event_at ?? '-').padEnd(26)} ${s.last_successful_poll_at ?? '-'}`,
     );
   for (const s of report.sources) if (s.polled_by) lines.push(`  ${s.source}: polled by ${s.polled_by}`);
-  for (const s of report.sources) if (s.last_error) lines.push(`  ${s.source}: last error: ${s.last_error}`);
+  for (const s of report.sources)
+    if (s.last_error) lines.push(`  ${s.source}: last error: ${terminalSafe(s.last_error)}`);
   lines.push('', 'SINK              QUEUED   IN FLIGHT  DELAYED  RETRYING  DEAD');
   for (const r of report.sinks)
     lines.push(
       `${r.sink.padEnd(17)} ${String(r.queued).padEnd(8)} ${String(r.in_flight).padEnd(10)} ${String(r.delayed).padEnd(8)} ${String(r.retrying).padEnd(9)} ${r.dead}`,
     );
-  if (report.positions.length === 0) return lines.join('\n');
+  if (report.positions.length === 0) return terminalSafe(lines.join('\n'), { newlines: true });
   lines.push(
     '',
     'SINK              SOURCE            STATE        POSITION      LAG                     QUEUED',
@@ -184,7 +186,7 @@ function renderStatus(report: StatusReport): string {
           `first id${lost.ids.length === 1 ? '' : 's'} ${firstIds(lost.ids)})`,
       );
   }
-  return lines.join('\n');
+  return terminalSafe(lines.join('\n'), { newlines: true });
 }
 
 /** `120 events, 3m05s`: events always, seconds only off the shared stream. */

@@ -1,13 +1,18 @@
 // Secrets out of printed configs and logs. `redactConfig` is for showing a config
 // (check-config, start-up logs); `collectSecrets` feeds the logger's value-based redaction.
+import {
+  isCredentialName,
+  isCredentialParam,
+  REDACTED,
+  redactUrlCredentials,
+} from '../observability/redact-text.js';
 import { multiHostKind, parseMultiHostUrl } from '../queue/bullmq/redis-multi-host.js';
 import type { FeedsyncConfig } from './types.js';
 
-export const REDACTED = '<redacted>';
+export { REDACTED };
 
-// Module sinks take free-form options; keys that look like credentials are treated as secrets
-// because nothing else knows what a user's sink keeps there.
-const SECRET_OPTION_KEY = /pass(word)?|secret|token|api[_-]?key|credential|private[_-]?key/i;
+// Module sinks take free-form options; keys that look like credentials (isCredentialName) are
+// treated as secrets because nothing else knows what a user's sink keeps there.
 
 /** A deep copy of `config` with every secret replaced by `"<redacted>"`. */
 export function redactConfig(config: FeedsyncConfig): unknown {
@@ -23,7 +28,7 @@ export function redactConfig(config: FeedsyncConfig): unknown {
       if (sink.secret !== undefined) sink.secret = REDACTED;
       sink.url = redactUrlPassword(sink.url);
     } else if (sink.type === 'postgres') {
-      sink.url = redactPostgresUrl(sink.url);
+      sink.url = redactUrlPassword(sink.url);
     } else if (sink.type === 'module') {
       sink.options = redactOptions(sink.options) as Record<string, unknown>;
     }
@@ -45,7 +50,7 @@ export function collectSecrets(config: FeedsyncConfig): string[] {
       if (sink.secret !== undefined) found.add(sink.secret);
       urlPasswords(sink.url).forEach((p) => found.add(p));
     } else if (sink.type === 'postgres') {
-      postgresUrlPasswords(sink.url).forEach((p) => found.add(p));
+      urlPasswords(sink.url).forEach((p) => found.add(p));
     } else if (sink.type === 'module') {
       collectOptionSecrets(sink.options, found);
     }
@@ -55,9 +60,12 @@ export function collectSecrets(config: FeedsyncConfig): string[] {
 }
 
 /**
- * `redis://user:pw@host:6379/0` → `redis://user:<redacted>@host:6379/0`. Done on the text, not
- * via URL setters, so `<redacted>` stays readable instead of being percent-encoded. A string that
- * does not parse as a URL is redacted whole: it cannot be shown safely.
+ * A URL's credentials redacted: the password of its userinfo (`redis://user:pw@host:6379/0` →
+ * `redis://user:<redacted>@host:6379/0`) and the value of every credential-like query parameter
+ * (`?password=`, which Redis and PostgreSQL clients read, `?token=`, `?sig=`, `?api_key=`…; see
+ * isCredentialParam). Done on the text, not via URL setters, so `<redacted>` stays readable
+ * instead of being percent-encoded. A string that does not parse as a URL is redacted whole: it
+ * cannot be shown safely.
  */
 export function redactUrlPassword(value: string): string {
   let url: URL;
@@ -66,44 +74,27 @@ export function redactUrlPassword(value: string): string {
   } catch {
     return REDACTED;
   }
-  if (url.password === '') return value;
-  // The userinfo ends at the LAST `@` of the authority (a password may hold an encoded one).
+  const redacted = redactUrlCredentials(url.password === '' ? value : redactUserinfoPassword(value));
+  // Belt and braces for odd inputs the URL parser normalises (tabs, backslashes): never leak. (A
+  // parameter value of one or two characters is found in any text, `<redacted>` included.)
+  const leaks = (p: string) => redacted.includes(p);
+  return userinfoPasswords(url).some(leaks) || paramValues(url).some((p) => p.length >= 3 && leaks(p))
+    ? REDACTED
+    : redacted;
+}
+
+/** The userinfo's password replaced; the userinfo ends at the LAST `@` of the authority (a password may hold an encoded one). */
+function redactUserinfoPassword(value: string): string {
   const start = value.indexOf('//') + 2;
   const end = value.slice(start).search(/[/?#\\]/);
   const authorityEnd = end < 0 ? value.length : start + end;
   const at = value.lastIndexOf('@', authorityEnd - 1);
   const colon = value.indexOf(':', start);
   if (start < 2 || at < start || colon < 0 || colon > at) return REDACTED;
-  const redacted = `${value.slice(0, colon + 1)}${REDACTED}${value.slice(at)}`;
-  // Belt and braces for odd inputs the URL parser normalises (tabs, backslashes): never leak.
-  return urlPasswords(value).some((p) => redacted.includes(p)) ? REDACTED : redacted;
+  return `${value.slice(0, colon + 1)}${REDACTED}${value.slice(at)}`;
 }
 
-/**
- * A PostgreSQL URL carries its password in the userinfo or as a `password` parameter (libpq and
- * pg read both): both redacted. A value that does not parse is redacted whole.
- */
-export function redactPostgresUrl(value: string): string {
-  const shown = redactUrlPassword(value);
-  if (shown === REDACTED) return shown;
-  if (!/[?&]password=/i.test(shown)) return shown;
-  return shown.replace(/([?&]password=)[^&#]*/gi, `$1${REDACTED}`);
-}
-
-function postgresUrlPasswords(value: string): string[] {
-  const found = urlPasswords(value);
-  let url: URL | undefined;
-  try {
-    url = new URL(value);
-  } catch {
-    return found;
-  }
-  for (const [key, param] of url.searchParams) if (key.toLowerCase() === 'password') found.push(param);
-  // The raw (percent-encoded) form as written, too.
-  for (const m of value.matchAll(/[?&]password=([^&#]*)/gi)) found.push(m[1]!);
-  return found;
-}
-
+/** The credentials a URL carries (userinfo password, credential-like query parameters), raw and decoded. */
 function urlPasswords(value: string): string[] {
   let url: URL;
   try {
@@ -112,14 +103,28 @@ function urlPasswords(value: string): string[] {
     // Sentinel and cluster URLs name several hosts, which URL does not parse: their password too.
     return [value, ...multiHostPasswords(value)];
   }
+  return [...userinfoPasswords(url), ...paramValues(url)];
+}
+
+function userinfoPasswords(url: URL): string[] {
   if (url.password === '') return [];
-  let decoded = url.password;
   try {
-    decoded = decodeURIComponent(url.password);
+    return [url.password, decodeURIComponent(url.password)];
   } catch {
     // A malformed escape: the raw form is all there is.
+    return [url.password];
   }
-  return [url.password, decoded];
+}
+
+/** The values of the credential-like query parameters, decoded and as written (percent-encoded). */
+function paramValues(url: URL): string[] {
+  const found: string[] = [];
+  for (const [key, param] of url.searchParams) if (isCredentialParam(key)) found.push(param);
+  for (const pair of url.search.slice(1).split('&')) {
+    const eq = pair.indexOf('=');
+    if (eq > 0 && isCredentialParam(pair.slice(0, eq))) found.push(pair.slice(eq + 1));
+  }
+  return found.filter((v) => v !== '');
 }
 
 function multiHostPasswords(value: string): string[] {
@@ -135,15 +140,15 @@ function multiHostPasswords(value: string): string[] {
   }
 }
 
+/** Module options with credential-named values redacted, and the credentials of any URL among them. */
 function redactOptions(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(redactOptions);
+  if (typeof value === 'string') return redactUrlCredentials(value);
   if (value === null || typeof value !== 'object') return value;
   const out: Record<string, unknown> = {};
   for (const [key, inner] of Object.entries(value)) {
     out[key] =
-      SECRET_OPTION_KEY.test(key) && inner !== null && typeof inner !== 'object'
-        ? REDACTED
-        : redactOptions(inner);
+      isCredentialName(key) && inner !== null && typeof inner !== 'object' ? REDACTED : redactOptions(inner);
   }
   return out;
 }
@@ -155,7 +160,7 @@ function collectOptionSecrets(value: unknown, found: Set<string>): void {
   }
   if (value === null || typeof value !== 'object') return;
   for (const [key, inner] of Object.entries(value)) {
-    if (SECRET_OPTION_KEY.test(key) && inner !== null && typeof inner !== 'object') found.add(String(inner));
+    if (isCredentialName(key) && inner !== null && typeof inner !== 'object') found.add(String(inner));
     else collectOptionSecrets(inner, found);
   }
 }

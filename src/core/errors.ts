@@ -1,5 +1,8 @@
 // The few typed errors that decide "retry" versus "give up". Every message names the culprit
-// (a URL, a config key path, a sink) and never carries a credential.
+// (a URL, a config key path, a sink) and never carries a credential. URLs and details in upstream
+// errors may come from upstream (a link, an element name, a header): each is cut (bounded-text.ts)
+// before it goes into a message.
+import { cut } from './bounded-text.js';
 
 /** Base class so callers can tell our own, already-explained failures from bugs. */
 export class FeedsyncError extends Error {
@@ -32,7 +35,11 @@ export class UpstreamTransportError extends FeedsyncError {
     detail: string,
     options?: { cause?: unknown },
   ) {
-    super(`${code === 'timeout' ? 'timed out' : 'network error'} on GET ${url}: ${detail}`, true, options);
+    super(
+      `${code === 'timeout' ? 'timed out' : 'network error'} on GET ${cut(url)}: ${cut(detail)}`,
+      true,
+      options,
+    );
   }
 }
 
@@ -46,7 +53,7 @@ export class UpstreamHttpError extends FeedsyncError {
     /** From Retry-After, when the server sent one. */
     readonly retryAfterMs?: number,
   ) {
-    super(`HTTP ${status} on GET ${url}${detail ? `: ${detail}` : ''}`, isRetryableStatus(status));
+    super(`HTTP ${status} on GET ${cut(url)}${detail ? `: ${cut(detail)}` : ''}`, isRetryableStatus(status));
   }
 }
 
@@ -65,7 +72,7 @@ export class UpstreamAuthError extends FeedsyncError {
     readonly refusal?: RefusalReason,
   ) {
     super(
-      `authentication failed on GET ${url}: ${detail}${credentials ? " (check the source's username and password)" : ''}`,
+      `authentication failed on GET ${cut(url)}: ${cut(detail)}${credentials ? " (check the source's username and password)" : ''}`,
       false,
     );
   }
@@ -79,7 +86,7 @@ export class DecodeError extends FeedsyncError {
     readonly reason: string,
   ) {
     // A bad body is usually a transient upstream problem (truncation, proxy error page): retry.
-    super(`cannot decode response of GET ${url}: ${reason}`, true);
+    super(`cannot decode response of GET ${cut(url)}: ${cut(reason)}`, true);
   }
 }
 
@@ -110,7 +117,7 @@ export class UpstreamRefusedError extends FeedsyncError {
     readonly reason: RefusalReason,
     detail: string,
   ) {
-    super(`refused GET ${url}: ${detail}`, false);
+    super(`refused GET ${cut(url)}: ${cut(detail)}`, false);
   }
 }
 

@@ -4,7 +4,7 @@
 import type { SinkJobCounts } from '../queue/queue.js';
 import { errorMessage } from '../core/errors.js';
 import type { Logger } from './logger.js';
-import { redactUrlUserinfo } from './redact-text.js';
+import { redactUrlCredentials } from './redact-text.js';
 
 export type CountsProvider = () => Promise<Record<string, SinkJobCounts>>;
 
@@ -54,7 +54,7 @@ export function createScrapeCache<T>(provider: () => Promise<T>, opts: ScrapeCac
     } catch (err) {
       if (!failing) {
         logger?.warn(
-          { err: redactUrlUserinfo(errorMessage(err)) },
+          { err: redactUrlCredentials(errorMessage(err)) },
           `cannot read ${what} for metrics; keeping the last values`,
         );
       }

@@ -1,5 +1,7 @@
 import type { Logger } from 'pino';
-import { FeedsyncError, UpstreamAuthError } from '../core/errors.js';
+import { backoffDelay, sleep } from '../backoff.js';
+import { cut } from '../core/bounded-text.js';
+import { errorMessage, FeedsyncError, UpstreamAuthError } from '../core/errors.js';
 import type { UpstreamClient } from '../upstream/client.js';
 import type { Resource } from '../core/resource.js';
 import type { FeedEvent, SubjectOutcome } from './change.js';
@@ -14,6 +16,13 @@ export interface ExpandOptions {
   limiter: Semaphore;
   signal: AbortSignal;
   logger: Logger;
+  /** The in-page retry of a failing subject fetch (after the client's own attempts). */
+  retry: { baseMs: number; maxMs: number };
+  /**
+   * Called each time a subject fetch failed again after the client's own attempts: the page waits
+   * for it (it is retried on its own, the page is not refetched), but the poll is failing meanwhile.
+   */
+  onStalled?: (err: unknown) => void;
 }
 
 /**
@@ -104,19 +113,35 @@ export async function expandSubjects(events: FeedEvent[], opts: ExpandOptions): 
 export class SubjectUnavailableError extends FeedsyncError {
   override name = 'SubjectUnavailableError';
   constructor(event: FeedEvent, cause: FeedsyncError) {
-    super(`subject of event ${event.id} (${event.event_type}): ${cause.message}`, cause.retryable, { cause });
+    super(`subject of event ${event.id} (${cut(event.event_type)}): ${cause.message}`, cause.retryable, {
+      cause,
+    });
   }
 }
 
 async function fetchSubject(url: string, event: FeedEvent, opts: ExpandOptions): Promise<SubjectOutcome> {
-  if (opts.signal.aborted) throw new ExpansionAborted('shutting down');
-  try {
-    const res = await opts.client.get(url, { kind: 'subject', signal: opts.signal });
-    if (res.status !== 200) return { state: 'gone', subject: null };
-    return { state: 'present', subject: res.resource as Resource };
-  } catch (err) {
-    // The client already retried what may pass soon; wrong credentials go to the poller's slow retry.
-    if (err instanceof UpstreamAuthError || opts.signal.aborted || !(err instanceof FeedsyncError)) throw err;
-    throw new SubjectUnavailableError(event, err);
+  for (let attempt = 0; ; attempt++) {
+    if (opts.signal.aborted) throw new ExpansionAborted('shutting down');
+    try {
+      const res = await opts.client.get(url, { kind: 'subject', signal: opts.signal });
+      if (res.status !== 200) return { state: 'gone', subject: null };
+      return { state: 'present', subject: res.resource as Resource };
+    } catch (err) {
+      // Wrong credentials are not fixed by hammering: hand it to the poller's slow retry.
+      if (err instanceof UpstreamAuthError || opts.signal.aborted) throw err;
+      if (err instanceof FeedsyncError && !err.retryable) throw new SubjectUnavailableError(event, err);
+      opts.onStalled?.(
+        new SubjectUnavailableError(
+          event,
+          err instanceof FeedsyncError ? err : new FeedsyncError(errorMessage(err), true),
+        ),
+      );
+      const delay = backoffDelay(attempt, opts.retry.baseMs, opts.retry.maxMs);
+      opts.logger.warn(
+        { url: cut(url), attempt: attempt + 1, err: errorMessage(err) },
+        'subject fetch failed; retrying',
+      );
+      if (!(await sleep(delay, opts.signal))) throw new ExpansionAborted('shutting down');
+    }
   }
 }

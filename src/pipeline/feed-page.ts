@@ -1,3 +1,4 @@
+import { cut, quote } from '../core/bounded-text.js';
 import { DecodeError, FeedsyncError, UpstreamRefusedError } from '../core/errors.js';
 import { isNormalizedCollection, type Json, type Representation, type Resource } from '../core/resource.js';
 import { normalizeDateTime } from '../upstream/datetime.js';
@@ -16,7 +17,6 @@ export const MAX_FUTURE_SKEW_MS = 24 * 60 * 60 * 1000;
 /** The earliest timestamp accepted: the Unix epoch (an earlier one is a default value, not an event). */
 export const EARLIEST_TIMESTAMP = '1970-01-01T00:00:00.000Z';
 /** Upstream values quoted in an error are cut to this many characters. */
-const SHOWN_CHARS = 64;
 
 /**
  * Turn a decoded feed response into events, checking every field the pipeline relies on. A page
@@ -26,7 +26,7 @@ const SHOWN_CHARS = 64;
  */
 export function readFeedEvents(page: Representation, url: string, now = Date.now()): FeedEvent[] {
   if (!isNormalizedCollection(page))
-    throw new DecodeError(url, `expected a collection of events, got a ${show(page.resource_type)}`);
+    throw new DecodeError(url, `expected a collection of events, got a ${quote(page.resource_type)}`);
   return page.entries.map((entry, i) => readEvent(entry, i, url, now));
 }
 
@@ -56,17 +56,17 @@ function readEvent(entry: Json, index: number, url: string, now: number): FeedEv
   const e = entry;
   const id = eventId(e.id, fail);
   if (typeof e.event_type !== 'string' || e.event_type.trim() === '')
-    fail(`event ${id} has no event_type (${show(e.event_type)})`);
+    fail(`event ${id} has no event_type (${quote(e.event_type)})`);
   // A timestamp without a zone (the workflow spec only says "ISO 8601") is taken as UTC, never
   // as this machine's local time.
   const timestamp =
     typeof e.timestamp === 'string' ? normalizeDateTime(e.timestamp.trim(), 'utc') : undefined;
-  if (timestamp === undefined) return fail(`event ${id} has no valid timestamp (${show(e.timestamp)})`);
+  if (timestamp === undefined) return fail(`event ${id} has no valid timestamp (${quote(e.timestamp)})`);
   const at = Date.parse(timestamp);
-  if (!(at >= 0)) fail(`event ${id} has timestamp ${show(e.timestamp)}, before ${EARLIEST_TIMESTAMP}`);
+  if (!(at >= 0)) fail(`event ${id} has timestamp ${quote(e.timestamp)}, before ${EARLIEST_TIMESTAMP}`);
   if (at > now + MAX_FUTURE_SKEW_MS)
     fail(
-      `event ${id} has timestamp ${show(e.timestamp)}, more than ${MAX_FUTURE_SKEW_MS / 3_600_000} h ` +
+      `event ${id} has timestamp ${quote(e.timestamp)}, more than ${MAX_FUTURE_SKEW_MS / 3_600_000} h ` +
         `ahead of this machine's clock (${new Date(now).toISOString()})`,
     );
   const changes = changeNames(e.changes);
@@ -90,24 +90,15 @@ function readEvent(entry: Json, index: number, url: string, now: number): FeedEv
  */
 function eventId(value: Json | undefined, fail: (what: string) => never): number {
   if (value === undefined || value === null) return fail('event has no id');
-  if (typeof value !== 'number') return fail(`event id ${show(value)} is not a number`);
-  if (!Number.isInteger(value)) return fail(`event id ${show(value)} is not an integer`);
-  if (value < 0) return fail(`event id ${show(value)} is negative`);
+  if (typeof value !== 'number') return fail(`event id ${quote(value)} is not a number`);
+  if (!Number.isInteger(value)) return fail(`event id ${quote(value)} is not an integer`);
+  if (value < 0) return fail(`event id ${quote(value)} is negative`);
   if (!Number.isSafeInteger(value))
     return fail(
-      `event id ${show(value)} is above 2^53−1 (${Number.MAX_SAFE_INTEGER}), the largest id feedsync ` +
+      `event id ${quote(value)} is above 2^53−1 (${Number.MAX_SAFE_INTEGER}), the largest id feedsync ` +
         'can hold exactly (a JSON number this large may already have been rounded by parsing)',
     );
   return value;
-}
-
-/** An upstream value for an error message: numbers as they are, text quoted and cut, anything else named. */
-export function show(value: unknown): string {
-  if (typeof value === 'string')
-    return JSON.stringify(value.length > SHOWN_CHARS ? `${value.slice(0, SHOWN_CHARS)}…` : value);
-  if (typeof value === 'number' || typeof value === 'boolean' || value === null || value === undefined)
-    return String(value);
-  return Array.isArray(value) ? 'a list' : 'an object';
 }
 
 /**
@@ -151,7 +142,7 @@ export function distinctEvents(
     if (!sameEvent(first, e)) {
       throw new FeedsyncError(
         `feed page ${url} lists event ${e.id} twice with different contents ` +
-          `(${show(first.event_type)} at ${first.timestamp}, then ${show(e.event_type)} at ${e.timestamp}); ` +
+          `(${cut(first.event_type)} at ${first.timestamp}, then ${cut(e.event_type)} at ${e.timestamp}); ` +
           'one of them would be lost, so the page is refused and the cursor stays: report it to the service operators',
         true,
       );

@@ -57,6 +57,19 @@ export function expand(deps: PollerDeps, state: PageState, events: FeedEvent[], 
     limiter: state.subjects,
     signal,
     logger: deps.logger,
+    retry: { baseMs: 500, maxMs: 30_000 },
+    // A subject that keeps failing is retried on its own, without refetching the page (CONTRACT
+    // §6); each failed round still counts as a failed poll, so metrics and /readyz see a source
+    // that is stuck on it.
+    onStalled: (error) =>
+      deps.events.emit('poll:finished', {
+        source: deps.source.name,
+        ok: false,
+        durationSeconds: 0,
+        pageSize: 0,
+        behind: false,
+        error,
+      }),
   });
 }
 

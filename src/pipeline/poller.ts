@@ -1,4 +1,5 @@
 import { backoffDelay, sleep } from '../backoff.js';
+import { cut } from '../core/bounded-text.js';
 import { errorMessage, UpstreamAuthError } from '../core/errors.js';
 import type { PollOutcome } from '../queue/driver.js';
 import { PositionLost } from '../queue/queue.js';
@@ -404,7 +405,7 @@ function noteUnknownTypes(deps: PollerDeps, state: PageState, fresh: FeedEvent[]
     state.unknownTypes.add(e.event_type);
     const last = state.unknownTypes.size === MAX_LOGGED_UNKNOWN_TYPES;
     deps.logger.warn(
-      { event_type: e.event_type, event_id: e.id },
+      { event_type: cut(e.event_type), event_id: e.id },
       last
         ? `event type not in the spec; delivering it with a best-effort split (the last such line: ${MAX_LOGGED_UNKNOWN_TYPES} unknown types seen)`
         : 'event type not in the spec; delivering it with a best-effort split',

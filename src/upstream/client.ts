@@ -17,6 +17,7 @@ import {
   errorMessage,
   isRetryableStatus,
 } from '../core/errors.js';
+import { cut } from '../core/bounded-text.js';
 import type { PipelineEvents } from '../core/events.js';
 import { createConnections, type Route } from './connections.js';
 import { decodeBody, type LinkRelMapper } from './decode.js';
@@ -307,7 +308,7 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
       if (res.invalidUtf8) {
         opts.events?.emit('upstream:invalid-utf8', { source: opts.source, url: t.display });
         opts.logger?.warn(
-          { source: opts.source, kind, url: t.display },
+          { source: opts.source, kind, url: cut(t.display) },
           'response is not valid UTF-8; invalid bytes replaced by U+FFFD',
         );
       }
@@ -336,7 +337,7 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
     async get(url, { kind, signal }) {
       if (closed)
         throw new FeedsyncError(
-          `upstream client of source ${opts.source} is closed (GET ${stripUserinfoText(url)})`,
+          `upstream client of source ${opts.source} is closed (GET ${stripUserinfoText(cut(url))})`,
           false,
         );
       let t: Target;
@@ -363,7 +364,7 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
           {
             source: opts.source,
             kind,
-            url: t.display,
+            url: cut(t.display),
             attempt: i + 1,
             delayMs,
             err: errorMessage(lastError),
@@ -432,7 +433,7 @@ function parseTarget(url: string): Target {
   try {
     parsed = new URL(url);
   } catch {
-    const text = JSON.stringify(shorten(stripUserinfoText(url)));
+    const text = JSON.stringify(stripUserinfoText(cut(url)));
     throw new UpstreamRefusedError(text, 'unusable_link', 'the link is not a URL');
   }
   // URLs here carry no credentials, but if one did it must not reach an error or a log.
@@ -441,7 +442,7 @@ function parseTarget(url: string): Target {
   parsed.hash = '';
   if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
     throw new UpstreamRefusedError(
-      shorten(parsed.href),
+      parsed.href,
       'unusable_link',
       `only http and https links can be fetched, not ${parsed.protocol}`,
     );
@@ -449,14 +450,9 @@ function parseTarget(url: string): Target {
   return { display: parsed.href, origin: parsed.origin, path: `${parsed.pathname}${parsed.search}` };
 }
 
-/** A link from upstream may be huge: errors, logs and events show its start. */
-function shorten(text: string): string {
-  return text.length > 300 ? `${text.slice(0, 300)}…` : text;
-}
-
 /** The transport error, saying which proxy the request went through. */
 function viaProxy(err: UpstreamTransportError, via: string): UpstreamTransportError {
-  const prefix = ` on GET ${err.url}: `;
+  const prefix = ` on GET ${cut(err.url)}: `;
   const at = err.message.indexOf(prefix);
   const detail = at < 0 ? err.message : err.message.slice(at + prefix.length);
   return new UpstreamTransportError(err.url, err.code, `${detail}${via}`);

@@ -32,6 +32,13 @@ const ALGORITHMS: Record<string, DigestAlgorithm> = {
 };
 
 /**
+ * The most WWW-Authenticate text read, all headers together. The HTTP client refuses response
+ * headers over 16 KiB anyway; the bound keeps the parse (an object per challenge) small whatever
+ * delivers the header.
+ */
+export const MAX_CHALLENGE_CHARS = 16 * 1024;
+
+/**
  * Split a WWW-Authenticate value (possibly several challenges, possibly several headers) into
  * scheme + params. Tokens and quoted strings are tokenized by hand because commas separate both
  * challenges and params, and quoted strings may contain commas and escaped quotes.
@@ -40,6 +47,11 @@ export function parseAuthenticateHeader(
   header: string | string[],
 ): { scheme: string; params: Record<string, string> }[] {
   const values = Array.isArray(header) ? header : [header];
+  const length = values.reduce((sum, v) => sum + v.length, 0);
+  if (length > MAX_CHALLENGE_CHARS)
+    throw new DigestChallengeError(
+      `WWW-Authenticate of ${length} characters, over the ${MAX_CHALLENGE_CHARS} a challenge may take`,
+    );
   const result: { scheme: string; params: Record<string, string> }[] = [];
   for (const value of values) parseOne(value, result);
   return result;
@@ -53,7 +65,7 @@ function parseOne(input: string, out: { scheme: string; params: Record<string, s
   };
   const readToken = (): string => {
     const start = i;
-    while (i < n && !/[\s,=]/.test(input[i]!)) i++;
+    while (i < n && !endsToken(input.charCodeAt(i))) i++;
     return input.slice(start, i);
   };
   const readQuoted = (): string => {
@@ -99,8 +111,17 @@ function parseOne(input: string, out: { scheme: string; params: Record<string, s
   }
 }
 
+/** `[\s,=]` for the characters a header value holds (latin1). */
+function endsToken(c: number): boolean {
+  return c === 0x2c || c === 0x3d || c === 0x20 || (c >= 0x09 && c <= 0x0d) || c === 0xa0;
+}
+
+/** Sticky: matched at `lastIndex`, so asking at each of many schemes never copies the rest of the header. */
+const PARAM_AHEAD = /[!#$%&'*+\-.^_`|~0-9A-Za-z]+\s*=(?!=)/y;
+
 function isParamAhead(input: string, from: number): boolean {
-  return /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+\s*=(?!=)/.test(input.slice(from));
+  PARAM_AHEAD.lastIndex = from;
+  return PARAM_AHEAD.test(input);
 }
 
 /**

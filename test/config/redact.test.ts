@@ -103,4 +103,33 @@ describe('redaction', () => {
     expect(redactUrlPassword('redis://u:o@localhost')).toBe('<redacted>');
     expect(redactUrlPassword('not a url with pw')).toBe('<redacted>');
   });
+
+  it('redacts and collects credentials in URL query parameters (a Redis ?password=, a webhook ?token=, module options)', () => {
+    const raw = minimalRaw();
+    raw.queue = { driver: 'bullmq', redis_url: 'redis://127.0.0.1:6379/0?password=redis-q-pw&db=2' };
+    raw.sinks.push(
+      { name: 'hook', type: 'webhook', url: 'https://hooks.example.test/in?token=hook-q-tok&team=ops' },
+      { name: 'pg', type: 'postgres', url: 'postgres://u@db.example.test/app?password=pg-q-pw' },
+      {
+        name: 'mine',
+        type: 'module',
+        module: './m.js',
+        options: { endpoint: 'https://api.example.test/v1?api_key=mod-q-key&region=eu' },
+      },
+    );
+    const config = validateConfig(raw, { dir: '/etc/feedsync' });
+    const secrets = collectSecrets(config);
+    expect(secrets).toEqual(expect.arrayContaining(['redis-q-pw', 'hook-q-tok', 'pg-q-pw']));
+    const shown = redactConfig(config) as any;
+    const text = JSON.stringify(shown);
+    for (const secret of ['redis-q-pw', 'hook-q-tok', 'pg-q-pw', 'mod-q-key'])
+      expect(text).not.toContain(secret);
+    expect(shown.queue.redis_url).toBe('redis://127.0.0.1:6379/0?password=<redacted>&db=2');
+    expect(shown.sinks.find((s: any) => s.name === 'hook').url).toBe(
+      'https://hooks.example.test/in?token=<redacted>&team=ops',
+    );
+    expect(shown.sinks.find((s: any) => s.name === 'mine').options.endpoint).toBe(
+      'https://api.example.test/v1?api_key=<redacted>&region=eu',
+    );
+  });
 });

@@ -9,7 +9,7 @@ import type { Logger } from 'pino';
 import { errorMessage } from '../../core/errors.js';
 import type { PipelineEvents, RedisErrorKind } from '../../core/events.js';
 import { createLogRate, type LogRate } from '../../observability/log-rate.js';
-import { redactUrlUserinfo } from '../../observability/redact-text.js';
+import { redactUrlCredentials } from '../../observability/redact-text.js';
 import { classifyRedisError, redisErrorHint } from './redis-errors.js';
 
 /** Same roles as redis.ts (kept as a string here to avoid an import cycle). */
@@ -90,7 +90,7 @@ export function createRedisMonitor(opts: RedisMonitorOptions): RedisMonitor {
       const kind = classifyRedisError(err);
       if (command && !COMMAND_KINDS.has(kind)) return;
       opts.events?.emit('redis:error', { kind });
-      const message = redactUrlUserinfo(errorMessage(err));
+      const message = redactUrlCredentials(errorMessage(err));
       const hint = redisErrorHint(err, kind);
       problems.set(problemKey(role, command), {
         role,
@@ -131,7 +131,7 @@ export function createRedisMonitor(opts: RedisMonitorOptions): RedisMonitor {
     },
     warn(logger, err, fields, msg) {
       const kind = classifyRedisError(err);
-      const message = redactUrlUserinfo(errorMessage(err));
+      const message = redactUrlCredentials(errorMessage(err));
       // A refused command was already logged, with what to do, by the connection's own hook.
       if (COMMAND_KINDS.has(kind)) {
         logger.debug({ ...fields, kind, err: message }, msg);
