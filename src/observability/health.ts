@@ -3,7 +3,7 @@
 // only answers "is the event loop turning", so a Redis or upstream outage never gets the
 // process restarted by Kubernetes (that would not fix the outage and would lose progress).
 import type { PipelineEvents } from '../core/events.js';
-import { errorMessage } from '../core/errors.js';
+import { errorMessage, UndecodableSubjectError } from '../core/errors.js';
 import { redactUrlUserinfo } from './redact-text.js';
 
 export interface ReadinessStatus {
@@ -36,7 +36,7 @@ export function createReadiness(opts: ReadinessOptions): Readiness {
   const threshold = opts.failedPollsThreshold ?? DEFAULT_FAILED_POLLS_THRESHOLD;
   const checkTimeoutMs = opts.checkTimeoutMs ?? 2000;
   const intervals = new Map(opts.sources.map((s) => [s.name, s.pollIntervalMs]));
-  const consecutiveFailures = new Map<string, { count: number; lastError: string }>();
+  const consecutiveFailures = new Map<string, { count: number; lastError: string; stopped: boolean }>();
 
   const off = opts.events.on('poll:finished', (e) => {
     if (e.ok) {
@@ -44,9 +44,13 @@ export function createReadiness(opts: ReadinessOptions): Readiness {
       return;
     }
     const previous = consecutiveFailures.get(e.source);
+    // A source stopped on an undecodable subject stays stopped until the operator acts: no need to
+    // wait for more failed polls (which it retries slowly) to say so.
+    const stopped = e.error instanceof UndecodableSubjectError;
     consecutiveFailures.set(e.source, {
       count: (previous?.count ?? 0) + 1,
       lastError: e.error === undefined ? 'unknown error' : redactUrlUserinfo(errorMessage(e.error)),
+      stopped,
     });
   });
 
@@ -58,6 +62,10 @@ export function createReadiness(opts: ReadinessOptions): Readiness {
       );
       for (const failure of results) if (failure) reasons.push(failure);
       for (const [source, failures] of consecutiveFailures) {
+        if (failures.stopped) {
+          reasons.push(`source "${source}" is stopped: ${failures.lastError}`);
+          continue;
+        }
         if (failures.count < threshold) continue;
         const interval = intervals.get(source);
         const every = interval === undefined ? '' : ` (poll interval ${interval} ms)`;

@@ -1,10 +1,20 @@
 import type { Logger } from 'pino';
 import { backoffDelay, sleep } from '../backoff.js';
-import { errorMessage, FeedsyncError, UpstreamAuthError } from '../core/errors.js';
+import {
+  bounded,
+  errorMessage,
+  FeedsyncError,
+  UNDECODABLE_REASONS,
+  UndecodableSubjectError,
+  UpstreamAuthError,
+  UpstreamRefusedError,
+  type UndecodableReason,
+} from '../core/errors.js';
 import type { UpstreamClient } from '../upstream/client.js';
 import type { Resource } from '../core/resource.js';
 import type { FeedEvent, SubjectOutcome } from './change.js';
 import type { Semaphore } from '../semaphore.js';
+import type { PageClaim } from './page-bytes.js';
 
 export interface ExpandOptions {
   expandSubject: boolean;
@@ -16,6 +26,13 @@ export interface ExpandOptions {
   signal: AbortSignal;
   logger: Logger;
   retry: { baseMs: number; maxMs: number };
+  /** The page's share of the source's max_page_bytes: each fetch reserves maxBodyBytes of it first. */
+  claim: PageClaim;
+  maxBodyBytes: number;
+  /** Source name, for the undecodable subject's error. */
+  source: string;
+  /** A subject that can never be decoded: stop the source on it, or deliver it as `unreadable`. */
+  onUndecodable: 'stop' | 'deliver_unreadable';
 }
 
 /**
@@ -76,20 +93,44 @@ export async function expandSubjects(events: FeedEvent[], opts: ExpandOptions): 
 
   const fetched = new Map<string, SubjectOutcome>();
   let notFound = 0;
-  await Promise.all(
-    [...toFetch].map((url) =>
-      opts.limiter.run(async () => {
+  // One subject that cannot be had fails the page: the others stop too, rather than hold bodies
+  // the page budget no longer counts once the page has given its bytes back.
+  const failed = new AbortController();
+  opts = { ...opts, signal: AbortSignal.any([opts.signal, failed.signal]) };
+  const task = async (url: string) => {
+    const event = firstEvent.get(url)!;
+    // The body may be up to max_body_bytes: that much of the page budget is taken before asking
+    // (before a subject_concurrency slot, so no slot waits on the budget), and what the body
+    // turned out to be is kept until the page commits.
+    const reservation = await opts.claim.reserve(
+      opts.maxBodyBytes,
+      `subject of event ${event.id} (${bounded(url, 300)})`,
+    );
+    try {
+      await opts.limiter.run(async () => {
         // Asked again when its turn comes: the page before this one may have found it gone meanwhile.
         if (opts.gone.has(url)) {
           fetched.set(url, { state: 'gone', subject: null });
+          reservation.keep(0);
           return;
         }
-        const outcome = await fetchSubject(url, firstEvent.get(url)!, opts);
+        const outcome = await fetchSubject(url, event, opts);
+        reservation.keep(outcome.bytes ?? 0);
         if (outcome.state === 'gone') {
           notFound++;
           opts.gone.add(url);
         }
         fetched.set(url, outcome);
+      });
+    } finally {
+      reservation.cancel();
+    }
+  };
+  await Promise.all(
+    [...toFetch].map((url) =>
+      task(url).catch((err: unknown) => {
+        failed.abort(err);
+        throw err;
       }),
     ),
   );
@@ -108,16 +149,49 @@ export class SubjectUnavailableError extends FeedsyncError {
   }
 }
 
+const UNDECODABLE = new Set<string>(UNDECODABLE_REASONS);
+
+/**
+ * A subject that can never be decoded: per the source's on_undecodable_subject, the outcome
+ * `unreadable` (delivered with the reason) or an UndecodableSubjectError that stops the source.
+ */
+export function undecodable(
+  opts: Pick<ExpandOptions, 'source' | 'onUndecodable'>,
+  event: FeedEvent,
+  reason: UndecodableReason,
+  detail: string,
+): SubjectOutcome {
+  if (opts.onUndecodable === 'deliver_unreadable')
+    return { state: 'unreadable', subject: null, error: `${reason}: ${bounded(detail, 300)}` };
+  throw new UndecodableSubjectError(
+    opts.source,
+    event.id,
+    event.event_type,
+    event.subject_link,
+    reason,
+    detail,
+  );
+}
+
+/** What a refusal says after `refused GET <url>: `, without the (upstream, unbounded) URL. */
+function refusalDetail(err: UpstreamRefusedError): string {
+  const prefix = `refused GET ${err.url}: `;
+  return err.message.startsWith(prefix) ? err.message.slice(prefix.length) : err.reason;
+}
+
 async function fetchSubject(url: string, event: FeedEvent, opts: ExpandOptions): Promise<SubjectOutcome> {
   for (let attempt = 0; ; attempt++) {
     if (opts.signal.aborted) throw new ExpansionAborted('shutting down');
     try {
       const res = await opts.client.get(url, { kind: 'subject', signal: opts.signal });
       if (res.status !== 200) return { state: 'gone', subject: null };
-      return { state: 'present', subject: res.resource as Resource };
+      return { state: 'present', subject: res.resource as Resource, bytes: res.bytes };
     } catch (err) {
       // Wrong credentials are not fixed by hammering: hand it to the poller's slow retry.
       if (err instanceof UpstreamAuthError || opts.signal.aborted) throw err;
+      // Over a decoding limit: asking again gets the same body. The operator's policy decides.
+      if (err instanceof UpstreamRefusedError && UNDECODABLE.has(err.reason))
+        return undecodable(opts, event, err.reason as UndecodableReason, refusalDetail(err));
       if (err instanceof FeedsyncError && !err.retryable) throw new SubjectUnavailableError(event, err);
       const delay = backoffDelay(attempt, opts.retry.baseMs, opts.retry.maxMs);
       opts.logger.warn(

@@ -85,8 +85,9 @@ export function sourceClientOptions(
 }
 
 /** 404 and 410 both say the resource is gone (RFC 9110 §15.5.11: 410 is 404 made permanent). */
+/** `bytes`: the body's size, content codings undone (what a page's byte budget counts). */
 export type FetchResult =
-  { status: 200; url: string; resource: Representation } | { status: 404 | 410; url: string };
+  { status: 200; url: string; resource: Representation; bytes: number } | { status: 404 | 410; url: string };
 
 export interface UpstreamClient {
   get(url: string, opts: { kind: 'feed' | 'subject'; signal?: AbortSignal }): Promise<FetchResult>;
@@ -277,7 +278,7 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
       }
       const contentType = headerValue(res.headers['content-type']);
       const resource = decodeBody(res.body, contentType, t.display, opts.format, { linkRel: opts.linkRel });
-      return { status: 200, url: t.display, resource };
+      return { status: 200, url: t.display, resource, bytes: res.bytes };
     }
     const retryable = isRetryableStatus(res.status);
     const retryAfterMs = retryable

@@ -34,6 +34,9 @@ const source = (over: Partial<SourceConfig> = {}): SourceConfig => ({
   subject_concurrency: 4,
   compression: true,
   max_body_bytes: 8 * 1024 * 1024,
+  max_page_bytes: 32 * 1024 * 1024,
+  max_change_bytes: 8 * 1024 * 1024,
+  on_undecodable_subject: 'stop',
   allowed_origins: [],
   ...over,
 });
@@ -62,7 +65,7 @@ class ScriptedUpstream implements UpstreamClient {
       if (err) throw err;
       const after = Number(new URL(url).searchParams.get('newer_than') ?? 0);
       const entries = this.events.filter((e) => (e.id as number) > after).slice(0, 50);
-      return { status: 200, url, resource: { resource_type: 'events', entries } };
+      return { status: 200, url, resource: { resource_type: 'events', entries }, bytes: 0 };
     }
     const left = this.subjectFailures.get(url) ?? 0;
     if (left > 0) {
@@ -71,7 +74,7 @@ class ScriptedUpstream implements UpstreamClient {
     }
     const s = this.subjects[url];
     if (s === undefined || s === 404) return { status: 404, url };
-    return { status: 200, url, resource: s };
+    return { status: 200, url, resource: s, bytes: JSON.stringify(s).length };
   }
   stats() {
     return { requests: this.requests.length, unauthorized: 0 };
@@ -222,7 +225,7 @@ describe('poller', () => {
     // the scripted feed filters by newer_than itself; make it lie like a broken upstream would
     up.get = async (u: string, o) =>
       o.kind === 'feed'
-        ? { status: 200, url: u, resource: { resource_type: 'events', entries: up.events } }
+        ? { status: 200, url: u, resource: { resource_type: 'events', entries: up.events }, bytes: 0 }
         : ScriptedUpstream.prototype.get.call(up, u, o);
     await waitFor(() => p.queue.changes.length === 2, 5000, 'second change');
     await new Promise((r) => setTimeout(r, 100));
@@ -387,7 +390,7 @@ describe('no silent loss from a feed that breaks its own rules', () => {
     ];
     up.get = async (u: string, o) =>
       o.kind === 'feed'
-        ? { status: 200, url: u, resource: { resource_type: 'events', entries: lying } }
+        ? { status: 200, url: u, resource: { resource_type: 'events', entries: lying }, bytes: 0 }
         : ScriptedUpstream.prototype.get.call(up, u, o);
     await waitFor(() => ids(p).length === 4, 5000, 'late and new changes');
     await new Promise((r) => setTimeout(r, 100));
