@@ -120,22 +120,21 @@ export type UndecodableReason = (typeof UNDECODABLE_REASONS)[number];
 /**
  * The source stops on this event (`on_undecodable_subject: stop`): its subject can never be
  * decoded, so the page is retried slowly, like wrong credentials, until the operator moves on.
- * The message names the source, the event, its type and subject URL, and the two ways on.
+ * The message names the source, the event and its type, says what was refused (`what`, which
+ * names the subject URL) and the two ways on.
  */
 export class UndecodableSubjectError extends FeedsyncError {
   override name = 'UndecodableSubjectError';
   constructor(
     readonly source: string,
     readonly eventId: number,
-    readonly eventType: string,
-    readonly subjectUrl: string | null,
+    eventType: string,
     readonly reason: UndecodableReason,
-    detail: string,
+    what: string,
   ) {
     super(
-      `source ${source} stopped at event ${eventId} (${bounded(eventType, 100)}): its subject ` +
-        `${subjectUrl === null ? '(none)' : bounded(subjectUrl, 300)} cannot be decoded (${reason}: ` +
-        `${bounded(detail, 300)}). Nothing after it is delivered until either ` +
+      `source ${source} stopped at event ${eventId} (${bounded(eventType, 100)}), whose subject can ` +
+        `never be decoded (${reason}): ${what}. Nothing after it is delivered until either ` +
         `sources[].on_undecodable_subject is set to deliver_unreadable (the change is delivered with ` +
         `subject_state "unreadable") or the cursor is moved past it (feedsync cursor set ${source} ${eventId})`,
       false,

@@ -153,27 +153,22 @@ const UNDECODABLE = new Set<string>(UNDECODABLE_REASONS);
 
 /**
  * A subject that can never be decoded: per the source's on_undecodable_subject, the outcome
- * `unreadable` (delivered with the reason) or an UndecodableSubjectError that stops the source.
+ * `unreadable`, delivered with `reason: detail`, or an UndecodableSubjectError that stops the
+ * source, saying `what` was refused (naming the subject URL).
  */
 export function undecodable(
   opts: Pick<ExpandOptions, 'source' | 'onUndecodable'>,
   event: FeedEvent,
   reason: UndecodableReason,
   detail: string,
+  what: string,
 ): SubjectOutcome {
   if (opts.onUndecodable === 'deliver_unreadable')
     return { state: 'unreadable', subject: null, error: `${reason}: ${bounded(detail, 300)}` };
-  throw new UndecodableSubjectError(
-    opts.source,
-    event.id,
-    event.event_type,
-    event.subject_link,
-    reason,
-    detail,
-  );
+  throw new UndecodableSubjectError(opts.source, event.id, event.event_type, reason, what);
 }
 
-/** What a refusal says after `refused GET <url>: `, without the (upstream, unbounded) URL. */
+/** What a refusal says after `refused GET <url>: ` (its detail, without the URL). */
 function refusalDetail(err: UpstreamRefusedError): string {
   const prefix = `refused GET ${err.url}: `;
   return err.message.startsWith(prefix) ? err.message.slice(prefix.length) : err.reason;
@@ -190,8 +185,16 @@ async function fetchSubject(url: string, event: FeedEvent, opts: ExpandOptions):
       // Wrong credentials are not fixed by hammering: hand it to the poller's slow retry.
       if (err instanceof UpstreamAuthError || opts.signal.aborted) throw err;
       // Over a decoding limit: asking again gets the same body. The operator's policy decides.
-      if (err instanceof UpstreamRefusedError && UNDECODABLE.has(err.reason))
-        return undecodable(opts, event, err.reason as UndecodableReason, refusalDetail(err));
+      if (err instanceof UpstreamRefusedError && UNDECODABLE.has(err.reason)) {
+        const detail = refusalDetail(err);
+        return undecodable(
+          opts,
+          event,
+          err.reason as UndecodableReason,
+          detail,
+          `refused GET ${bounded(err.url, 300)}: ${bounded(detail, 300)}`,
+        );
+      }
       if (err instanceof FeedsyncError && !err.retryable) throw new SubjectUnavailableError(event, err);
       const delay = backoffDelay(attempt, opts.retry.baseMs, opts.retry.maxMs);
       opts.logger.warn(

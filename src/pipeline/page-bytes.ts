@@ -127,8 +127,8 @@ export class ByteBudget {
       this.remove(w);
       w.reject(
         new PageBudgetError(
-          `${w.what} may need up to ${w.bytes} bytes more, but the page already holds ${w.claim.held} ` +
-            `bytes of subject bodies and max_page_bytes is ${this.capacity}`,
+          `page refused: the ${w.what} may need up to ${w.bytes} bytes more, but the page already ` +
+            `holds ${w.claim.held} bytes of subject bodies and max_page_bytes is ${this.capacity}`,
         ),
       );
     }

@@ -9,7 +9,7 @@ import type { ChangeQueue } from '../queue/queue.js';
 import type { ServiceAdapter } from '../services/adapter.js';
 import type { UpstreamClient } from '../upstream/client.js';
 import { changeJson } from '../core/change-json.js';
-import { UndecodableSubjectError } from '../core/errors.js';
+import { bounded, UndecodableSubjectError } from '../core/errors.js';
 import { buildChange, type FeedEvent } from './change.js';
 import { expandSubjects, undecodable, type Expansion, type GoneSubjects } from './expand.js';
 import type { Semaphore } from '../semaphore.js';
@@ -175,15 +175,12 @@ export function buildChanges(deps: PollerDeps, events: FeedEvent[], expansion: E
       const size = jsonBytes(change);
       if (size > source.max_change_bytes) {
         const detail = `the change is ${size} bytes, over max_change_bytes (${source.max_change_bytes})`;
+        const what = `the change of subject ${bounded(e.subject_link ?? '(none)', 300)} is ${size} bytes, over max_change_bytes (${source.max_change_bytes})`;
+        const policy = { source: source.name, onUndecodable: source.on_undecodable_subject };
         change = buildChange(
           origin,
           e,
-          undecodable(
-            { source: source.name, onUndecodable: source.on_undecodable_subject },
-            e,
-            'max_change_bytes',
-            detail,
-          ),
+          undecodable(policy, e, 'max_change_bytes', detail, what),
           adapter.normalizeSubject,
         );
         // Without its subject it is still too big (a huge embedded rule): nothing can deliver it.
@@ -192,9 +189,8 @@ export function buildChanges(deps: PollerDeps, events: FeedEvent[], expansion: E
             source.name,
             e.id,
             e.event_type,
-            e.subject_link,
             'max_change_bytes',
-            `${detail}, even without its subject`,
+            `${what}, and still ${jsonBytes(change)} bytes without its subject`,
           );
       }
       changes.push(change);
