@@ -106,7 +106,7 @@ const sourceSchema = z.strictObject({
     .number()
     .int()
     .min(65536)
-    .default(32 * 1024 * 1024),
+    .default(16 * 1024 * 1024),
   max_change_bytes: z
     .number()
     .int()

@@ -10,7 +10,7 @@ import {
   UpstreamRefusedError,
   type UndecodableReason,
 } from '../core/errors.js';
-import type { UpstreamClient } from '../upstream/client.js';
+import { BodyOverCapError, type UpstreamClient } from '../upstream/client.js';
 import type { Resource } from '../core/resource.js';
 import type { FeedEvent, SubjectOutcome } from './change.js';
 import type { Semaphore } from '../semaphore.js';
@@ -29,6 +29,8 @@ export interface ExpandOptions {
   /** The page's share of the source's max_page_bytes: each fetch reserves maxBodyBytes of it first. */
   claim: PageClaim;
   maxBodyBytes: number;
+  /** The first reservation of a fetch (its share of the budget), capping its body; at most maxBodyBytes. */
+  firstBytes: number;
   /** Source name, for the undecodable subject's error. */
   source: string;
   /** A subject that can never be decoded: stop the source on it, or deliver it as `unreadable`. */
@@ -99,31 +101,34 @@ export async function expandSubjects(events: FeedEvent[], opts: ExpandOptions): 
   opts = { ...opts, signal: AbortSignal.any([opts.signal, failed.signal]) };
   const task = async (url: string) => {
     const event = firstEvent.get(url)!;
-    // The body may be up to max_body_bytes: that much of the page budget is taken before asking
-    // (before a subject_concurrency slot, so no slot waits on the budget), and what the body
-    // turned out to be is kept until the page commits.
-    const reservation = await opts.claim.reserve(
-      opts.maxBodyBytes,
-      `subject of event ${event.id} (${bounded(url, 300)})`,
-    );
-    try {
-      await opts.limiter.run(async () => {
-        // Asked again when its turn comes: the page before this one may have found it gone meanwhile.
-        if (opts.gone.has(url)) {
-          fetched.set(url, { state: 'gone', subject: null });
-          reservation.keep(0);
-          return;
-        }
-        const outcome = await fetchSubject(url, event, opts);
+    const what = `subject of event ${event.id} (${bounded(url, 300)})`;
+    // The body's bytes are taken from the page budget before asking (before a subject_concurrency
+    // slot, so no slot waits on the budget): first its share of the budget, capping the request
+    // there; a larger body is asked for again with room for the largest (max_body_bytes). What the
+    // body turned out to be is kept until the page commits.
+    let cap: number | undefined = opts.firstBytes < opts.maxBodyBytes ? opts.firstBytes : undefined;
+    for (;;) {
+      const reservation = await opts.claim.reserve(cap ?? opts.maxBodyBytes, what);
+      try {
+        const outcome = await opts.limiter.run(async (): Promise<SubjectOutcome> => {
+          // Asked again when its turn comes: the page before this one may have found it gone meanwhile.
+          if (opts.gone.has(url)) return { state: 'gone', subject: null };
+          const fetchedOutcome = await fetchSubject(url, event, opts, cap);
+          if (fetchedOutcome.state === 'gone') {
+            notFound++;
+            opts.gone.add(url);
+          }
+          return fetchedOutcome;
+        });
         reservation.keep(outcome.bytes ?? 0);
-        if (outcome.state === 'gone') {
-          notFound++;
-          opts.gone.add(url);
-        }
         fetched.set(url, outcome);
-      });
-    } finally {
-      reservation.cancel();
+        return;
+      } catch (err) {
+        if (!(err instanceof BodyOverCapError && cap !== undefined)) throw err;
+        cap = undefined;
+      } finally {
+        reservation.cancel();
+      }
     }
   };
   await Promise.all(
@@ -174,16 +179,23 @@ function refusalDetail(err: UpstreamRefusedError): string {
   return err.message.startsWith(prefix) ? err.message.slice(prefix.length) : err.reason;
 }
 
-async function fetchSubject(url: string, event: FeedEvent, opts: ExpandOptions): Promise<SubjectOutcome> {
+async function fetchSubject(
+  url: string,
+  event: FeedEvent,
+  opts: ExpandOptions,
+  cap: number | undefined,
+): Promise<SubjectOutcome> {
   for (let attempt = 0; ; attempt++) {
     if (opts.signal.aborted) throw new ExpansionAborted('shutting down');
     try {
-      const res = await opts.client.get(url, { kind: 'subject', signal: opts.signal });
+      const res = await opts.client.get(url, { kind: 'subject', signal: opts.signal, maxBodyBytes: cap });
       if (res.status !== 200) return { state: 'gone', subject: null };
       return { state: 'present', subject: res.resource as Resource, bytes: res.bytes };
     } catch (err) {
-      // Wrong credentials are not fixed by hammering: hand it to the poller's slow retry.
-      if (err instanceof UpstreamAuthError || opts.signal.aborted) throw err;
+      // Wrong credentials are not fixed by hammering: hand it to the poller's slow retry. A body over
+      // this request's cap is asked for again with more room.
+      if (err instanceof UpstreamAuthError || err instanceof BodyOverCapError || opts.signal.aborted)
+        throw err;
       // Over a decoding limit: asking again gets the same body. The operator's policy decides.
       if (err instanceof UpstreamRefusedError && UNDECODABLE.has(err.reason)) {
         const detail = refusalDetail(err);

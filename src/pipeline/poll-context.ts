@@ -76,6 +76,11 @@ export function expand(
     retry: { baseMs: 500, maxMs: 30_000 },
     claim,
     maxBodyBytes: deps.source.max_body_bytes,
+    // A fetch's share of the budget when all subject_concurrency slots are busy.
+    firstBytes: Math.min(
+      deps.source.max_body_bytes,
+      Math.floor(deps.source.max_page_bytes / deps.source.subject_concurrency),
+    ),
     source: deps.source.name,
     onUndecodable: deps.source.on_undecodable_subject,
   }).catch((err: unknown) => {

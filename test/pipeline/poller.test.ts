@@ -18,7 +18,7 @@ import { services } from '../../src/services/index.js';
 import { sqliteSourceState } from '../../src/queue/sqlite-source-state.js';
 import { CursorStore } from '../../src/store/cursors.js';
 import { openStore } from '../../src/store/store.js';
-import type { FetchResult, UpstreamClient } from '../../src/upstream/client.js';
+import { BodyOverCapError, type FetchResult, type UpstreamClient } from '../../src/upstream/client.js';
 import type { Resource } from '../../src/core/resource.js';
 import { assertValidChange } from '../support/change-schema.js';
 import { tempDir, waitFor } from '../support/harness.js';
@@ -64,7 +64,7 @@ class ScriptedUpstream implements UpstreamClient {
     public events: Resource[],
     public subjects: Record<string, Resource | 404>,
   ) {}
-  async get(url: string, opts: { kind: 'feed' | 'subject' }): Promise<FetchResult> {
+  async get(url: string, opts: { kind: 'feed' | 'subject'; maxBodyBytes?: number }): Promise<FetchResult> {
     this.requests.push(url);
     if (opts.kind === 'feed') {
       const err = this.feedError?.();
@@ -80,7 +80,11 @@ class ScriptedUpstream implements UpstreamClient {
     }
     const s = this.subjects[url];
     if (s === undefined || s === 404) return { status: 404, url };
-    return { status: 200, url, resource: s, bytes: JSON.stringify(s).length };
+    const bytes = JSON.stringify(s).length;
+    // Like the real client: a body over the request's own cap is not read.
+    if (opts.maxBodyBytes !== undefined && bytes > opts.maxBodyBytes)
+      throw new BodyOverCapError(url, opts.maxBodyBytes);
+    return { status: 200, url, resource: s, bytes };
   }
   stats() {
     return { requests: this.requests.length, unauthorized: 0 };
