@@ -233,7 +233,7 @@ export const configSchema = z
         ctx.addIssue({
           code: 'custom',
           path: ['sources', i, 'max_page_bytes'],
-          message: `must be >= max_body_bytes (${source.max_body_bytes}): every subject fetch reserves max_body_bytes of it`,
+          message: `must be >= max_body_bytes (${source.max_body_bytes}): every subject fetch may reserve max_body_bytes of it`,
         });
       if (source.max_change_bytes > source.max_page_bytes)
         ctx.addIssue({
