@@ -14,7 +14,7 @@ import { BodyOverCapError, type UpstreamClient } from '../upstream/client.js';
 import type { Resource } from '../core/resource.js';
 import type { FeedEvent, SubjectOutcome } from './change.js';
 import type { Semaphore } from '../semaphore.js';
-import type { PageClaim } from './page-bytes.js';
+import type { PageClaim, Reservation } from './page-bytes.js';
 
 export interface ExpandOptions {
   expandSubject: boolean;
@@ -102,24 +102,21 @@ export async function expandSubjects(events: FeedEvent[], opts: ExpandOptions): 
   const task = async (url: string) => {
     const event = firstEvent.get(url)!;
     const what = `subject of event ${event.id} (${bounded(url, 300)})`;
-    // The body's bytes are taken from the page budget before asking (before a subject_concurrency
-    // slot, so no slot waits on the budget): first its share of the budget, capping the request
-    // there; a larger body is asked for again with room for the largest (max_body_bytes). What the
-    // body turned out to be is kept until the page commits.
+    // The body's bytes are taken from the page budget before asking: first its share of the
+    // budget, capping the request there; a larger body is asked for again with room for the
+    // largest (max_body_bytes). What the body turned out to be is kept until the page commits.
     let cap: number | undefined = opts.firstBytes < opts.maxBodyBytes ? opts.firstBytes : undefined;
     for (;;) {
-      const reservation = await opts.claim.reserve(cap ?? opts.maxBodyBytes, what);
+      const { reservation, release } = await slotAndBytes(opts, cap ?? opts.maxBodyBytes, what);
       try {
-        const outcome = await opts.limiter.run(async (): Promise<SubjectOutcome> => {
-          // Asked again when its turn comes: the page before this one may have found it gone meanwhile.
-          if (opts.gone.has(url)) return { state: 'gone', subject: null };
-          const fetchedOutcome = await fetchSubject(url, event, opts, cap);
-          if (fetchedOutcome.state === 'gone') {
-            notFound++;
-            opts.gone.add(url);
-          }
-          return fetchedOutcome;
-        });
+        // Asked again when its turn comes: the page before this one may have found it gone meanwhile.
+        const outcome: SubjectOutcome = opts.gone.has(url)
+          ? { state: 'gone', subject: null }
+          : await fetchSubject(url, event, opts, cap);
+        if (outcome.state === 'gone' && !opts.gone.has(url)) {
+          notFound++;
+          opts.gone.add(url);
+        }
         reservation.keep(outcome.bytes ?? 0);
         fetched.set(url, outcome);
         return;
@@ -128,6 +125,7 @@ export async function expandSubjects(events: FeedEvent[], opts: ExpandOptions): 
         cap = undefined;
       } finally {
         reservation.cancel();
+        release();
       }
     }
   };
@@ -140,6 +138,30 @@ export async function expandSubjects(events: FeedEvent[], opts: ExpandOptions): 
     ),
   );
   return { outcomes: decisions.map((d) => (typeof d === 'string' ? fetched.get(d)! : d)), notFound };
+}
+
+/**
+ * A subject_concurrency slot and `bytes` of the page budget. A task holding a slot never waits on
+ * the budget (a slot is given back only by a fetch that finishes, which must not depend on the
+ * budget): without the bytes at once it gives the slot back, waits for the bytes, then for a slot.
+ */
+async function slotAndBytes(
+  opts: ExpandOptions,
+  bytes: number,
+  what: string,
+): Promise<{ reservation: Reservation; release: () => void }> {
+  let release = await opts.limiter.acquire();
+  const ready = opts.claim.tryReserve(bytes);
+  if (ready) return { reservation: ready, release };
+  release();
+  const reservation = await opts.claim.reserve(bytes, what);
+  try {
+    release = await opts.limiter.acquire();
+  } catch (err) {
+    reservation.cancel();
+    throw err;
+  }
+  return { reservation, release };
 }
 
 /**

@@ -69,6 +69,14 @@ export class ByteBudget {
     return claim;
   }
 
+  /** @internal PageClaim.tryReserve: granted at once, or not at all. */
+  tryGrant(claim: PageClaim, bytes: number): Reservation | undefined {
+    if (bytes > this.capacity - this.used) return undefined;
+    // Pages waiting before it keep their turn.
+    if (this.waiters.some((w) => rank(w.claim, claim) <= 0)) return undefined;
+    return claim.grant(bytes);
+  }
+
   /** @internal PageClaim.reserve */
   request(claim: PageClaim, bytes: number, what: string): Promise<Reservation> {
     return new Promise<Reservation>((resolve, reject) => {
@@ -186,6 +194,12 @@ export class PageClaim {
         this.dropped ? new ClaimDroppedError('page dropped') : new Error('claim released'),
       );
     return this.budget.request(this, bytes, what);
+  }
+
+  /** `bytes` at once if they are free, else undefined (it never waits: for callers holding a slot). */
+  tryReserve(bytes: number): Reservation | undefined {
+    if (this.closed) return undefined;
+    return this.budget.tryGrant(this, bytes);
   }
 
   /** The page is taken up for commit: it ranks by its opening and can no longer be dropped. */

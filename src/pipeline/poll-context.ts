@@ -76,10 +76,11 @@ export function expand(
     retry: { baseMs: 500, maxMs: 30_000 },
     claim,
     maxBodyBytes: deps.source.max_body_bytes,
-    // A fetch's share of the budget when all subject_concurrency slots are busy.
+    // A fetch's first share: all subject_concurrency slots busy take half the budget, leaving the
+    // other half to bodies held until their page commits (the page read ahead's included).
     firstBytes: Math.min(
       deps.source.max_body_bytes,
-      Math.floor(deps.source.max_page_bytes / deps.source.subject_concurrency),
+      Math.floor(deps.source.max_page_bytes / (2 * deps.source.subject_concurrency)),
     ),
     source: deps.source.name,
     onUndecodable: deps.source.on_undecodable_subject,
