@@ -100,6 +100,19 @@ const sourceSchema = z.strictObject({
     .int()
     .min(65536)
     .default(8 * 1024 * 1024),
+  // Memory per page (docs/upstream-security.md "Memory per page"): subject bodies in flight and
+  // held until the page commits, read-ahead included, and the size of one change.
+  max_page_bytes: z
+    .number()
+    .int()
+    .min(65536)
+    .default(16 * 1024 * 1024),
+  max_change_bytes: z
+    .number()
+    .int()
+    .min(65536)
+    .default(8 * 1024 * 1024),
+  on_undecodable_subject: z.enum(['stop', 'deliver_unreadable']).default('stop'),
   allowed_origins: z.array(origin).default([]),
   // Digest over plain http off loopback: refused unless this says the network is trusted.
   allow_insecure_http: z.boolean().default(false),
@@ -235,6 +248,19 @@ export const configSchema = z
           if (insecureRemote(allowed)) refuse(allowed, ['allowed_origins', j]);
         });
       }
+      // Each subject fetch reserves max_body_bytes of the page budget before it starts.
+      if (source.max_body_bytes > source.max_page_bytes)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['sources', i, 'max_page_bytes'],
+          message: `must be >= max_body_bytes (${source.max_body_bytes}): every subject fetch may reserve max_body_bytes of it`,
+        });
+      if (source.max_change_bytes > source.max_page_bytes)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['sources', i, 'max_change_bytes'],
+          message: `must be <= max_page_bytes (${source.max_page_bytes})`,
+        });
       if (source.base_url.startsWith('https:')) {
         source.allowed_origins.forEach((allowed, j) => {
           if (!allowed.startsWith('http:')) return;

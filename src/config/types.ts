@@ -23,6 +23,15 @@ export interface SourceConfig {
   compression: boolean;
   /** Largest response body accepted, on the wire and once decoded (bytes). */
   max_body_bytes: number;
+  /**
+   * Bytes of subject bodies a source may have in flight and held until their page commits (the page
+   * read ahead included); each subject fetch reserves max_body_bytes of it.
+   */
+  max_page_bytes: number;
+  /** Largest change (its JSON, subject included, in UTF-8 bytes). */
+  max_change_bytes: number;
+  /** A subject that can never be decoded: stop the source on it, or deliver it as `unreadable`. */
+  on_undecodable_subject: 'stop' | 'deliver_unreadable';
   /** Origins besides base_url's that links may point to (credentials go there too). */
   allowed_origins: string[];
   /** Accept a plain http:// base_url or allowed origin off loopback (credentials in clear). */

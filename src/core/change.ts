@@ -1,6 +1,6 @@
 import type { Resource } from './resource.js';
 
-export type SubjectState = 'present' | 'gone' | 'deleted' | 'skipped';
+export type SubjectState = 'present' | 'gone' | 'deleted' | 'skipped' | 'unreadable';
 export type ServiceKind = 'scheduling' | 'workflow';
 
 /** feedsync.change.v1 (docs/change-v1.md): the unit every sink receives. One per feed event. */
@@ -21,5 +21,7 @@ export interface Change {
   subject_url: string | null;
   subject_state: SubjectState;
   subject: Resource | null;
+  /** Only with subject_state `unreadable`: why the subject could not be decoded (short, bounded). */
+  subject_error?: string;
   source_rule: Resource | null;
 }

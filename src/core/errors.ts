@@ -121,6 +121,43 @@ export class UpstreamRefusedError extends FeedsyncError {
   }
 }
 
+/**
+ * Why a subject can never be decoded (docs/upstream-security.md "Undecodable subjects"): the
+ * upstream refusals no retry can fix, and a change over `max_change_bytes`.
+ */
+export const UNDECODABLE_REASONS = [
+  'too_deep',
+  'too_many_values',
+  'body_too_large',
+  'max_change_bytes',
+] as const;
+export type UndecodableReason = (typeof UNDECODABLE_REASONS)[number];
+
+/**
+ * The source stops on this event (`on_undecodable_subject: stop`): its subject can never be
+ * decoded, so the page is retried slowly, like wrong credentials, until the operator moves on.
+ * The message names the source, the event and its type, says what was refused (`what`, which
+ * names the subject URL) and the two ways on.
+ */
+export class UndecodableSubjectError extends FeedsyncError {
+  override name = 'UndecodableSubjectError';
+  constructor(
+    readonly source: string,
+    readonly eventId: number,
+    eventType: string,
+    readonly reason: UndecodableReason,
+    what: string,
+  ) {
+    super(
+      `source ${source} stopped at event ${eventId} (${cut(eventType, 100)}), whose subject can ` +
+        `never be decoded (${reason}): ${what}. Nothing after it is delivered until either ` +
+        `sources[].on_undecodable_subject is set to deliver_unreadable (the change is delivered with ` +
+        `subject_state "unreadable") or the cursor is moved past it (feedsync cursor set ${source} ${eventId})`,
+      false,
+    );
+  }
+}
+
 /** Thrown by a sink: the delivery may succeed later (network, 5xx, 429). */
 export class RetryLaterError extends FeedsyncError {
   override name = 'RetryLaterError';

@@ -15,6 +15,14 @@ export type FeedAnomalyKind = (typeof FEED_ANOMALY_KINDS)[number];
 
 export type DeliveryOutcome = 'ok' | 'retry' | 'dead';
 
+/** The per-source memory limits a page can hit (the `reason` of feedsync_page_refusals_total). */
+export const PAGE_LIMITS = ['max_page_bytes', 'max_change_bytes'] as const;
+export type PageLimit = (typeof PAGE_LIMITS)[number];
+
+/** What became of an undecodable subject (the `action` of feedsync_undecodable_subjects_total). */
+export const UNDECODABLE_ACTIONS = ['stopped', 'delivered_unreadable'] as const;
+export type UndecodableAction = (typeof UNDECODABLE_ACTIONS)[number];
+
 /**
  * What went wrong talking to Redis (scaled mode), by what the operator has to do about it:
  * credentials, an ACL permission, a cluster node or a replica instead of a standalone primary,
@@ -93,6 +101,13 @@ export interface PipelineEventMap {
     key: string;
     error?: unknown;
   };
+  /** A page refused for a memory limit of its source (max_page_bytes, max_change_bytes). */
+  'page:refused': { source: string; limit: PageLimit };
+  /**
+   * Subjects that can never be decoded: a page stopped on one (on_undecodable_subject: stop; once
+   * per attempt), or changes delivered with subject_state "unreadable" (at their commit).
+   */
+  'subject:undecodable': { source: string; action: UndecodableAction; count: number };
   /** A Redis connection or command failed (scaled mode); one per failure, logged or not. */
   'redis:error': { kind: RedisErrorKind };
 }

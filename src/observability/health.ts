@@ -4,7 +4,7 @@
 // process restarted by Kubernetes (that would not fix the outage and would lose progress).
 import type { PipelineEvents } from '../core/events.js';
 import { cut } from '../core/bounded-text.js';
-import { errorMessage } from '../core/errors.js';
+import { errorMessage, UndecodableSubjectError } from '../core/errors.js';
 import { redactUrlCredentials } from './redact-text.js';
 
 /** A failure as /readyz shows it: cut (it may quote upstream text), then scrubbed. */
@@ -40,7 +40,7 @@ export function createReadiness(opts: ReadinessOptions): Readiness {
   const threshold = opts.failedPollsThreshold ?? DEFAULT_FAILED_POLLS_THRESHOLD;
   const checkTimeoutMs = opts.checkTimeoutMs ?? 2000;
   const intervals = new Map(opts.sources.map((s) => [s.name, s.pollIntervalMs]));
-  const consecutiveFailures = new Map<string, { count: number; lastError: string }>();
+  const consecutiveFailures = new Map<string, { count: number; lastError: string; stopped: boolean }>();
 
   const off = opts.events.on('poll:finished', (e) => {
     if (e.ok) {
@@ -48,9 +48,13 @@ export function createReadiness(opts: ReadinessOptions): Readiness {
       return;
     }
     const previous = consecutiveFailures.get(e.source);
+    // A source stopped on an undecodable subject stays stopped until the operator acts: no need to
+    // wait for more failed polls (which it retries slowly) to say so.
+    const stopped = e.error instanceof UndecodableSubjectError;
     consecutiveFailures.set(e.source, {
       count: (previous?.count ?? 0) + 1,
       lastError: e.error === undefined ? 'unknown error' : shown(e.error),
+      stopped,
     });
   });
 
@@ -62,6 +66,10 @@ export function createReadiness(opts: ReadinessOptions): Readiness {
       );
       for (const failure of results) if (failure) reasons.push(failure);
       for (const [source, failures] of consecutiveFailures) {
+        if (failures.stopped) {
+          reasons.push(`source "${source}" is stopped: ${failures.lastError}`);
+          continue;
+        }
         if (failures.count < threshold) continue;
         const interval = intervals.get(source);
         const every = interval === undefined ? '' : ` (poll interval ${interval} ms)`;

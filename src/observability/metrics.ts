@@ -3,7 +3,13 @@
 // scrape time from the queue's own counts.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { REFUSAL_REASONS } from '../core/errors.js';
-import { FEED_ANOMALY_KINDS, REDIS_ERROR_KINDS, type PipelineEvents } from '../core/events.js';
+import {
+  FEED_ANOMALY_KINDS,
+  PAGE_LIMITS,
+  REDIS_ERROR_KINDS,
+  UNDECODABLE_ACTIONS,
+  type PipelineEvents,
+} from '../core/events.js';
 import type { SinkJobCounts } from '../queue/queue.js';
 import { SINK_STATES, type SinkPositionView } from '../queue/sink-positions.js';
 import type { Logger } from './logger.js';
@@ -107,6 +113,18 @@ export function createMetrics(opts: MetricsOptions): Metrics {
     name: 'feedsync_upstream_refusals_total',
     help: 'Upstream bodies, links and feed events refused (over a size, depth or value limit; another origin; unusable; an event id or timestamp feedsync cannot take), by reason.',
     labelNames: ['source', 'reason'] as const,
+    registers,
+  });
+  const pageRefusals = new Counter({
+    name: 'feedsync_page_refusals_total',
+    help: 'Feed pages refused for a memory limit of their source (reason: max_page_bytes, max_change_bytes); the page is retried, the cursor stays.',
+    labelNames: ['source', 'reason'] as const,
+    registers,
+  });
+  const undecodable = new Counter({
+    name: 'feedsync_undecodable_subjects_total',
+    help: 'Subjects that can never be decoded: stopped (the source stops on the event; once per retry) or delivered_unreadable (changes delivered with subject_state unreadable).',
+    labelNames: ['source', 'action'] as const,
     registers,
   });
   const invalidUtf8 = new Counter({
@@ -347,6 +365,8 @@ export function createMetrics(opts: MetricsOptions): Metrics {
     subjectGone.inc({ source }, 0);
     invalidUtf8.inc({ source }, 0);
     for (const reason of REFUSAL_REASONS) refusals.inc({ source, reason }, 0);
+    for (const reason of PAGE_LIMITS) pageRefusals.inc({ source, reason }, 0);
+    for (const action of UNDECODABLE_ACTIONS) undecodable.inc({ source, action }, 0);
     for (const kind of FEED_ANOMALY_KINDS) anomalies.inc({ source, kind }, 0);
     sourceBehind.set({ source }, 0);
     for (const sink of opts.sinks) changesEnqueued.inc({ source, sink }, 0);
@@ -378,6 +398,8 @@ export function createMetrics(opts: MetricsOptions): Metrics {
       if (e.joined) sinkRejoined.inc({ source: e.source, sink: e.sink });
     }),
     events.on('upstream:refused', (e) => refusals.inc({ source: e.source, reason: e.reason })),
+    events.on('page:refused', (e) => pageRefusals.inc({ source: e.source, reason: e.limit })),
+    events.on('subject:undecodable', (e) => undecodable.inc({ source: e.source, action: e.action }, e.count)),
     events.on('upstream:invalid-utf8', (e) => invalidUtf8.inc({ source: e.source })),
     events.on('feed:anomaly', (e) => anomalies.inc({ source: e.source, kind: e.kind })),
     events.on('poll:finished', (e) => {

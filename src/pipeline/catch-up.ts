@@ -7,6 +7,7 @@
 // during a step, catch-up requests share the source's upstream client and subject budget, and a
 // recovering sink can never make the service see more than one extra reader per lagging sink.
 import { errorMessage } from '../core/errors.js';
+import { ClaimDroppedError, type PageClaim } from './page-bytes.js';
 import type { LaggingSink } from '../queue/queue.js';
 import { catchUpWindow, covers, isBehind } from '../queue/sink-positions.js';
 import type { FeedEvent, SubjectOutcome } from './change.js';
@@ -28,10 +29,31 @@ const LOGGED_LOST_IDS = 100;
 /** Subjects fetched for one lagging sink serve the others reading the same events soon after. */
 const OUTCOMES_KEPT = 5_000;
 const OUTCOME_TTL_MS = 60_000;
+/** Subject bytes the cache may keep past their pages' commits (a small share of max_page_bytes' default). */
+const OUTCOMES_MAX_BYTES = 4 * 1024 * 1024;
+const noop = () => undefined;
 
 export class CatchUp {
   /** Event id → its subject outcome, as a catch-up fetched it (several sinks often lag together). */
-  private readonly outcomes = new Map<number, { outcome: Promise<SubjectOutcome>; at: number }>();
+  private readonly outcomes = new Map<
+    number,
+    { outcome: Promise<SubjectOutcome>; at: number; bytes: number }
+  >();
+  /** Body bytes of the outcomes kept. */
+  private cachedBytes = 0;
+
+  private forget(id: number): void {
+    const entry = this.outcomes.get(id);
+    if (!entry) return;
+    this.cachedBytes -= entry.bytes;
+    this.outcomes.delete(id);
+  }
+
+  /** Oldest first, until the cache is within OUTCOMES_KEPT entries and OUTCOMES_MAX_BYTES. */
+  private trim(): void {
+    while (this.outcomes.size > OUTCOMES_KEPT || this.cachedBytes > OUTCOMES_MAX_BYTES)
+      this.forget(this.outcomes.keys().next().value!);
+  }
 
   constructor(
     private readonly deps: PollerDeps,
@@ -62,8 +84,11 @@ export class CatchUp {
         worked = true;
       }
     } catch (err) {
-      // The shared poll goes on; this sink's catch-up is tried again at the next step.
-      if (!deps.signal.aborted)
+      // The shared poll goes on; this sink's catch-up is tried again at the next step. A page
+      // dropped to give its bytes to an older one is no failure worth a warning.
+      if (err instanceof ClaimDroppedError)
+        deps.logger.debug({ sink: first.sink }, 'catch-up page gave its bytes to another; read again later');
+      else if (!deps.signal.aborted)
         deps.logger.warn(
           { sink: first.sink, position: lag?.cursor, err: errorMessage(err) },
           'catch-up page failed; retried at the next poll',
@@ -74,10 +99,35 @@ export class CatchUp {
 
   /** Reads and commits one page; the sink as it lags after it, or undefined once it rejoined. */
   private async page(lag: LaggingSink, shared: Position): Promise<LaggingSink | undefined> {
+    // Its subjects' bytes count in the source's max_page_bytes until the page is committed; an
+    // older page that needs them drops it (the sink reads it again at the next step).
+    const controller = new AbortController();
+    const dropped = new ClaimDroppedError('catch-up page dropped');
+    const claim = this.state.bytes.open({ onDrop: () => controller.abort(dropped) });
+    try {
+      return await this.pageWithin(
+        lag,
+        shared,
+        claim,
+        AbortSignal.any([this.deps.signal, controller.signal]),
+      );
+    } catch (err) {
+      throw claim.dropped ? dropped : err;
+    } finally {
+      claim.release();
+    }
+  }
+
+  private async pageWithin(
+    lag: LaggingSink,
+    shared: Position,
+    claim: PageClaim,
+    signal: AbortSignal,
+  ): Promise<LaggingSink | undefined> {
     const { deps, state } = this;
     const { source, adapter } = deps;
     const url = feedUrl(source, adapter, lag.cursor, source.event_types);
-    const res = await deps.client.get(url, { kind: 'feed', signal: deps.signal });
+    const res = await deps.client.get(url, { kind: 'feed', signal });
     if (res.status !== 200) throw new Error(`feed ${url} answered ${res.status}`);
     const listed = distinctEvents(deps, readFeedPage(deps, res.resource, url), url);
     const full = listed.length >= PAGE_SIZE;
@@ -92,7 +142,7 @@ export class CatchUp {
     // it rejoins. A short page listed everything after the sink's position: nothing is left between.
     const fresh = unseen.filter((e) => isBehind(shared, e.id));
     const joined = !full || covers(next, shared);
-    const changes = buildChanges(deps, fresh, await this.expand(fresh));
+    const changes = buildChanges(deps, fresh, await this.expand(fresh, claim, signal));
     const result = await deps.queue.commitCatchUp({
       source: source.name,
       sink: lag.sink,
@@ -139,24 +189,34 @@ export class CatchUp {
   }
 
   /** The subjects of `events`, fetched only for those no other lagging sink fetched (or is fetching) lately. */
-  private async expand(events: FeedEvent[]): Promise<Expansion> {
+  private async expand(events: FeedEvent[], claim: PageClaim, signal: AbortSignal): Promise<Expansion> {
     const now = Date.now();
     const known = (e: FeedEvent) => {
       const hit = this.outcomes.get(e.id);
       return hit && now - hit.at < OUTCOME_TTL_MS ? hit.outcome : undefined;
     };
+    const ours = new Map<number, Promise<SubjectOutcome>>();
     const missing = events.filter((e) => !known(e));
     if (missing.length) {
-      const fetched = expand(this.deps, this.state, missing, this.deps.signal);
+      const fetched = expand(this.deps, this.state, missing, signal, claim);
       missing.forEach((e, i) => {
         const outcome = fetched.then((x) => x.outcomes[i]!);
+        ours.set(e.id, outcome);
         // A failed fetch is not kept: the next reader fetches again.
-        outcome.catch(() => this.outcomes.delete(e.id));
-        this.outcomes.delete(e.id);
-        this.outcomes.set(e.id, { outcome, at: now });
+        outcome.catch(() => this.forget(e.id));
+        this.forget(e.id);
+        const entry = { outcome, at: now, bytes: 0 };
+        this.outcomes.set(e.id, entry);
+        // Kept past this page's commit, so outside max_page_bytes: bounded in bytes of its own.
+        void outcome.then((o) => {
+          if (this.outcomes.get(e.id) !== entry) return;
+          entry.bytes = o.bytes ?? 0;
+          this.cachedBytes += entry.bytes;
+          this.trim();
+        }, noop);
       });
-      while (this.outcomes.size > OUTCOMES_KEPT) this.outcomes.delete(this.outcomes.keys().next().value!);
+      this.trim();
     }
-    return { outcomes: await Promise.all(events.map((e) => known(e)!)), notFound: 0 };
+    return { outcomes: await Promise.all(events.map((e) => ours.get(e.id) ?? known(e)!)), notFound: 0 };
   }
 }

@@ -34,6 +34,10 @@ export interface FeedEvent {
 export interface SubjectOutcome {
   state: SubjectState;
   subject: Resource | null;
+  /** `unreadable` only: why (short, bounded). */
+  error?: string;
+  /** Size of the fetched body it was decoded from (absent: not fetched). */
+  bytes?: number;
 }
 
 export function buildChange(
@@ -47,7 +51,7 @@ export function buildChange(
   // Embedded subjects arrive under the generic label "subject": name them after the change.
   if (subject && (subject.resource_type === 'subject' || !subject.resource_type))
     subject = { ...subject, resource_type };
-  return {
+  const change: Change = {
     schema: 'feedsync.change.v1',
     key: `${origin.source}:${event.id}`,
     source: origin.source,
@@ -64,4 +68,9 @@ export function buildChange(
     subject: subject ? normalizeSubject(subject) : null,
     source_rule: event.source ?? null,
   };
+  if (outcome.state === 'unreadable') {
+    change.subject = null;
+    change.subject_error = outcome.error ?? 'the subject could not be decoded';
+  }
+  return change;
 }

@@ -1,11 +1,20 @@
 import type { Logger } from 'pino';
 import { backoffDelay, sleep } from '../backoff.js';
 import { cut } from '../core/bounded-text.js';
-import { errorMessage, FeedsyncError, UpstreamAuthError } from '../core/errors.js';
-import type { UpstreamClient } from '../upstream/client.js';
+import {
+  errorMessage,
+  FeedsyncError,
+  UNDECODABLE_REASONS,
+  UndecodableSubjectError,
+  UpstreamAuthError,
+  UpstreamRefusedError,
+  type UndecodableReason,
+} from '../core/errors.js';
+import { BodyOverCapError, type UpstreamClient } from '../upstream/client.js';
 import type { Resource } from '../core/resource.js';
 import type { FeedEvent, SubjectOutcome } from './change.js';
 import type { Semaphore } from '../semaphore.js';
+import type { PageClaim, Reservation } from './page-bytes.js';
 
 export interface ExpandOptions {
   expandSubject: boolean;
@@ -23,6 +32,15 @@ export interface ExpandOptions {
    * for it (it is retried on its own, the page is not refetched), but the poll is failing meanwhile.
    */
   onStalled?: (err: unknown) => void;
+  /** The page's share of the source's max_page_bytes: each fetch reserves maxBodyBytes of it first. */
+  claim: PageClaim;
+  maxBodyBytes: number;
+  /** The first reservation of a fetch (its share of the budget), capping its body; at most maxBodyBytes. */
+  firstBytes: number;
+  /** Source name, for the undecodable subject's error. */
+  source: string;
+  /** A subject that can never be decoded: stop the source on it, or deliver it as `unreadable`. */
+  onUndecodable: 'stop' | 'deliver_unreadable';
 }
 
 /**
@@ -83,20 +101,45 @@ export async function expandSubjects(events: FeedEvent[], opts: ExpandOptions): 
 
   const fetched = new Map<string, SubjectOutcome>();
   let notFound = 0;
-  await Promise.all(
-    [...toFetch].map((url) =>
-      opts.limiter.run(async () => {
+  // One subject that cannot be had fails the page: the others stop too, rather than hold bodies
+  // the page budget no longer counts once the page has given its bytes back.
+  const failed = new AbortController();
+  opts = { ...opts, signal: AbortSignal.any([opts.signal, failed.signal]) };
+  const task = async (url: string) => {
+    const event = firstEvent.get(url)!;
+    const what = `subject of event ${event.id} (${cut(url)})`;
+    // The body's bytes are taken from the page budget before asking: first its share of the
+    // budget, capping the request there; a larger body is asked for again with room for the
+    // largest (max_body_bytes). What the body turned out to be is kept until the page commits.
+    let cap: number | undefined = opts.firstBytes < opts.maxBodyBytes ? opts.firstBytes : undefined;
+    for (;;) {
+      const { reservation, release } = await slotAndBytes(opts, cap ?? opts.maxBodyBytes, what);
+      try {
         // Asked again when its turn comes: the page before this one may have found it gone meanwhile.
-        if (opts.gone.has(url)) {
-          fetched.set(url, { state: 'gone', subject: null });
-          return;
-        }
-        const outcome = await fetchSubject(url, firstEvent.get(url)!, opts);
-        if (outcome.state === 'gone') {
+        const outcome: SubjectOutcome = opts.gone.has(url)
+          ? { state: 'gone', subject: null }
+          : await fetchSubject(url, event, opts, cap);
+        if (outcome.state === 'gone' && !opts.gone.has(url)) {
           notFound++;
           opts.gone.add(url);
         }
+        reservation.keep(outcome.bytes ?? 0);
         fetched.set(url, outcome);
+        return;
+      } catch (err) {
+        if (!(err instanceof BodyOverCapError && cap !== undefined)) throw err;
+        cap = undefined;
+      } finally {
+        reservation.cancel();
+        release();
+      }
+    }
+  };
+  await Promise.all(
+    [...toFetch].map((url) =>
+      task(url).catch((err: unknown) => {
+        failed.abort(err);
+        throw err;
       }),
     ),
   );
@@ -104,11 +147,33 @@ export async function expandSubjects(events: FeedEvent[], opts: ExpandOptions): 
 }
 
 /**
- * A subject that could not be had (refused by feedsync, 403, another 4xx, or still failing after the
- * client's own retries: 5xx, timeouts, undecodable bodies): the page fails with the event named, so
- * the poller's backoff, `polls_total{outcome="error"}` and readiness show it, as for a failing feed
- * page, instead of an endless retry inside the page that nothing reports. `retryable` is the
- * cause's: whether asking again later may succeed.
+ * A subject_concurrency slot and `bytes` of the page budget. A task holding a slot never waits on
+ * the budget (a slot is given back only by a fetch that finishes, which must not depend on the
+ * budget): without the bytes at once it gives the slot back, waits for the bytes, then for a slot.
+ */
+async function slotAndBytes(
+  opts: ExpandOptions,
+  bytes: number,
+  what: string,
+): Promise<{ reservation: Reservation; release: () => void }> {
+  let release = await opts.limiter.acquire();
+  const ready = opts.claim.tryReserve(bytes);
+  if (ready) return { reservation: ready, release };
+  release();
+  const reservation = await opts.claim.reserve(bytes, what);
+  try {
+    release = await opts.limiter.acquire();
+  } catch (err) {
+    reservation.cancel();
+    throw err;
+  }
+  return { reservation, release };
+}
+
+/**
+ * A subject that cannot be had whatever the retries (refused by feedsync, 403, another 4xx): the
+ * page fails with the event named, so the poller's backoff, `polls_total{outcome="error"}` and
+ * readiness show it, instead of an endless retry inside the page that nothing reports.
  */
 export class SubjectUnavailableError extends FeedsyncError {
   override name = 'SubjectUnavailableError';
@@ -119,16 +184,59 @@ export class SubjectUnavailableError extends FeedsyncError {
   }
 }
 
-async function fetchSubject(url: string, event: FeedEvent, opts: ExpandOptions): Promise<SubjectOutcome> {
+const UNDECODABLE = new Set<string>(UNDECODABLE_REASONS);
+
+/**
+ * A subject that can never be decoded: per the source's on_undecodable_subject, the outcome
+ * `unreadable`, delivered with `reason: detail`, or an UndecodableSubjectError that stops the
+ * source, saying `what` was refused (naming the subject URL).
+ */
+export function undecodable(
+  opts: Pick<ExpandOptions, 'source' | 'onUndecodable'>,
+  event: FeedEvent,
+  reason: UndecodableReason,
+  detail: string,
+  what: string,
+): SubjectOutcome {
+  if (opts.onUndecodable === 'deliver_unreadable')
+    return { state: 'unreadable', subject: null, error: `${reason}: ${cut(detail)}` };
+  throw new UndecodableSubjectError(opts.source, event.id, event.event_type, reason, what);
+}
+
+/** What a refusal says after `refused GET <url>: ` (its detail, without the URL). */
+function refusalDetail(err: UpstreamRefusedError): string {
+  const prefix = `refused GET ${err.url}: `;
+  return err.message.startsWith(prefix) ? err.message.slice(prefix.length) : err.reason;
+}
+
+async function fetchSubject(
+  url: string,
+  event: FeedEvent,
+  opts: ExpandOptions,
+  cap: number | undefined,
+): Promise<SubjectOutcome> {
   for (let attempt = 0; ; attempt++) {
     if (opts.signal.aborted) throw new ExpansionAborted('shutting down');
     try {
-      const res = await opts.client.get(url, { kind: 'subject', signal: opts.signal });
+      const res = await opts.client.get(url, { kind: 'subject', signal: opts.signal, maxBodyBytes: cap });
       if (res.status !== 200) return { state: 'gone', subject: null };
-      return { state: 'present', subject: res.resource as Resource };
+      return { state: 'present', subject: res.resource as Resource, bytes: res.bytes };
     } catch (err) {
-      // Wrong credentials are not fixed by hammering: hand it to the poller's slow retry.
-      if (err instanceof UpstreamAuthError || opts.signal.aborted) throw err;
+      // Wrong credentials are not fixed by hammering: hand it to the poller's slow retry. A body over
+      // this request's cap is asked for again with more room.
+      if (err instanceof UpstreamAuthError || err instanceof BodyOverCapError || opts.signal.aborted)
+        throw err;
+      // Over a decoding limit: asking again gets the same body. The operator's policy decides.
+      if (err instanceof UpstreamRefusedError && UNDECODABLE.has(err.reason)) {
+        const detail = refusalDetail(err);
+        return undecodable(
+          opts,
+          event,
+          err.reason as UndecodableReason,
+          detail,
+          `refused GET ${cut(err.url)}: ${cut(detail)}`,
+        );
+      }
       if (err instanceof FeedsyncError && !err.retryable) throw new SubjectUnavailableError(event, err);
       opts.onStalled?.(
         new SubjectUnavailableError(

@@ -114,7 +114,18 @@ export class FeedAudit {
 
   private async deliverLate(events: FeedEvent[], position: Position): Promise<void> {
     const { deps, state } = this;
-    await commitEvents(deps, state, events, await expand(deps, state, events, deps.signal), position);
+    const claim = state.bytes.open();
+    try {
+      await commitEvents(
+        deps,
+        state,
+        events,
+        await expand(deps, state, events, deps.signal, claim),
+        position,
+      );
+    } finally {
+      claim.release();
+    }
     for (const e of events) {
       deps.events.emit('feed:anomaly', { source: deps.source.name, kind: 'disorder', eventId: e.id });
       deps.logger.warn(

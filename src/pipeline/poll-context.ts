@@ -8,9 +8,13 @@ import type { SourceState } from '../queue/driver.js';
 import type { ChangeQueue } from '../queue/queue.js';
 import type { ServiceAdapter } from '../services/adapter.js';
 import type { UpstreamClient } from '../upstream/client.js';
+import { cut } from '../core/bounded-text.js';
+import { changeJson } from '../core/change-json.js';
+import { UndecodableSubjectError } from '../core/errors.js';
 import { buildChange, type FeedEvent } from './change.js';
-import { expandSubjects, type Expansion, type GoneSubjects } from './expand.js';
+import { expandSubjects, undecodable, type Expansion, type GoneSubjects } from './expand.js';
 import type { Semaphore } from '../semaphore.js';
+import { PageBudgetError, type ByteBudget, type PageClaim } from './page-bytes.js';
 import type { RecentIds } from './recent-ids.js';
 
 export interface PollerDeps {
@@ -38,6 +42,8 @@ export interface PageState {
   unknownTypes: Set<string>;
   gone: GoneSubjects;
   subjects: Semaphore;
+  /** Subject-body bytes in flight and held until commit (max_page_bytes), shared by every page. */
+  bytes: ByteBudget;
   /** Ids this process committed: a re-listed one is skipped, an unknown one behind the cursor delivered. */
   recent: RecentIds;
   /** The cursor rule's D: the service's bound, raised to the largest disorder a full page showed. */
@@ -48,8 +54,19 @@ export interface PageState {
   auditSoon: boolean;
 }
 
-/** Starts the expansion of `events`' subjects within the source's subject budget. */
-export function expand(deps: PollerDeps, state: PageState, events: FeedEvent[], signal: AbortSignal) {
+/**
+ * Starts the expansion of `events`' subjects within the source's subject budgets: requests in
+ * flight (subject_concurrency) and bytes held until commit (`claim`, the page's share of
+ * max_page_bytes; the caller releases it when the page commits or fails). A page refused for
+ * either limit, or stopped on an undecodable subject, is counted here.
+ */
+export function expand(
+  deps: PollerDeps,
+  state: PageState,
+  events: FeedEvent[],
+  signal: AbortSignal,
+  claim: PageClaim,
+): Promise<Expansion> {
   return expandSubjects(events, {
     expandSubject: deps.source.expand_subject,
     gone: state.gone,
@@ -70,7 +87,31 @@ export function expand(deps: PollerDeps, state: PageState, events: FeedEvent[], 
         behind: false,
         error,
       }),
+    claim,
+    maxBodyBytes: deps.source.max_body_bytes,
+    // A fetch's first share: all subject_concurrency slots busy take half the budget, leaving the
+    // other half to bodies held until their page commits (the page read ahead's included).
+    firstBytes: Math.min(
+      deps.source.max_body_bytes,
+      Math.floor(deps.source.max_page_bytes / (2 * deps.source.subject_concurrency)),
+    ),
+    source: deps.source.name,
+    onUndecodable: deps.source.on_undecodable_subject,
+  }).catch((err: unknown) => {
+    reportPageFailure(deps, err);
+    throw err;
   });
+}
+
+/** Counts a page refused for a memory limit or stopped on an undecodable subject. */
+function reportPageFailure(deps: PollerDeps, err: unknown): void {
+  const source = deps.source.name;
+  if (err instanceof PageBudgetError) deps.events.emit('page:refused', { source, limit: 'max_page_bytes' });
+  if (err instanceof UndecodableSubjectError) {
+    if (err.reason === 'max_change_bytes')
+      deps.events.emit('page:refused', { source, limit: 'max_change_bytes' });
+    deps.events.emit('subject:undecodable', { source, action: 'stopped', count: 1 });
+  }
 }
 
 export function feedUrl(
@@ -101,6 +142,7 @@ export async function commitEvents(
 ): Promise<{ changes: Change[]; lastEventAt: number | undefined }> {
   const { source, adapter } = deps;
   const changes = buildChanges(deps, events, expansion);
+  const unreadable = changes.filter((c) => c.subject_state === 'unreadable').length;
   const enqueued = await deps.queue.commitPage({
     source: source.name,
     changes,
@@ -121,20 +163,71 @@ export async function commitEvents(
     // and a subject known to be deleted is not fetched again.
     gone: expansion.notFound,
   });
+  if (unreadable) {
+    deps.events.emit('subject:undecodable', {
+      source: source.name,
+      action: 'delivered_unreadable',
+      count: unreadable,
+    });
+    for (const c of changes)
+      if (c.subject_state === 'unreadable')
+        deps.logger.warn(
+          { event_id: c.event_id, subject_url: c.subject_url, subject_error: c.subject_error },
+          'subject cannot be decoded; delivered with subject_state "unreadable" (on_undecodable_subject: deliver_unreadable)',
+        );
+  }
   return { changes, lastEventAt };
 }
 
-/** The changes of expanded events, in feed order. */
+/**
+ * The changes of expanded events, in feed order. A change whose JSON is over max_change_bytes is
+ * an undecodable subject (the source's on_undecodable_subject decides); its JSON is computed once
+ * here and reused by the queue and the sinks (core/change-json.ts).
+ */
 export function buildChanges(deps: PollerDeps, events: FeedEvent[], expansion: Expansion): Change[] {
   const { source, adapter } = deps;
-  return events.map((e, i) =>
-    buildChange(
-      { source: source.name, service: adapter.kind },
-      e,
-      expansion.outcomes[i]!,
-      adapter.normalizeSubject,
-    ),
-  );
+  const origin = { source: source.name, service: adapter.kind };
+  const changes: Change[] = [];
+  try {
+    events.forEach((e, i) => {
+      let change = buildChange(origin, e, expansion.outcomes[i]!, adapter.normalizeSubject);
+      const size = jsonBytes(change);
+      if (size > source.max_change_bytes) {
+        const detail = `the change is ${size} bytes, over max_change_bytes (${source.max_change_bytes})`;
+        const what = `the change of subject ${cut(e.subject_link ?? '(none)')} is ${size} bytes, over max_change_bytes (${source.max_change_bytes})`;
+        const policy = { source: source.name, onUndecodable: source.on_undecodable_subject };
+        change = buildChange(
+          origin,
+          e,
+          undecodable(policy, e, 'max_change_bytes', detail, what),
+          adapter.normalizeSubject,
+        );
+        // Without its subject it is still too big (a huge embedded rule): nothing can deliver it.
+        if (jsonBytes(change) > source.max_change_bytes)
+          throw new UndecodableSubjectError(
+            source.name,
+            e.id,
+            e.event_type,
+            'max_change_bytes',
+            `${what}, and still ${jsonBytes(change)} bytes without its subject`,
+          );
+      }
+      changes.push(change);
+    });
+  } catch (err) {
+    reportPageFailure(deps, err);
+    throw err;
+  }
+  return changes;
+}
+
+/**
+ * UTF-8 length of a change's JSON, exact once it could pass max_change_bytes (at least 64 KiB): a
+ * UTF-16 code unit is at most 3 UTF-8 bytes, so most changes need no count.
+ */
+function jsonBytes(change: Change): number {
+  const text = changeJson(change);
+  return text.length * 3 <= 65536 ? text.length : Buffer.byteLength(text);
 }
 
 /** epoch ms of the newest event (undefined for none). */

@@ -1,6 +1,6 @@
 import { backoffDelay, sleep } from '../backoff.js';
 import { cut } from '../core/bounded-text.js';
-import { errorMessage, UpstreamAuthError } from '../core/errors.js';
+import { errorMessage, UndecodableSubjectError, UpstreamAuthError } from '../core/errors.js';
 import type { PollOutcome } from '../queue/driver.js';
 import { PositionLost } from '../queue/queue.js';
 import type { UpstreamClient } from '../upstream/client.js';
@@ -11,6 +11,7 @@ import { CatchUp } from './catch-up.js';
 import { FeedAudit } from './feed-audit.js';
 import { distinctEvents, readFeedEvents, readFeedPage } from './feed-page.js';
 import { Semaphore } from '../semaphore.js';
+import { ByteBudget, ClaimDroppedError, type PageClaim } from './page-bytes.js';
 import {
   commitEvents,
   expand,
@@ -37,6 +38,7 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
     unknownTypes: new Set<string>(),
     gone: new GoneSubjects(),
     subjects: new Semaphore(source.subject_concurrency),
+    bytes: new ByteBudget(source.max_page_bytes),
     recent: new RecentIds(),
     disorder: deps.adapter.maxDisorder,
     floor: 0,
@@ -105,9 +107,10 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
       watch.stage('status write');
       await recordPoll(deps, { ok: false, behind: false, error: errorMessage(err) });
       watch.stage('idle');
-      // Wrong credentials: at most once per poll interval, backing off to minutes; never a tight loop.
+      // Wrong credentials, or a source stopped on a subject that can never be decoded: at most once
+      // per poll interval, backing off to minutes; never a tight loop.
       const delay =
-        err instanceof UpstreamAuthError
+        err instanceof UpstreamAuthError || err instanceof UndecodableSubjectError
           ? Math.max(
               source.poll_interval_ms,
               backoffDelay(failures, source.poll_interval_ms, AUTH_RETRY_MAX_MS),
@@ -200,6 +203,8 @@ interface PageRead {
   next: Position;
   full: boolean;
   expansion: Promise<Expansion>;
+  /** The page's subject bytes (max_page_bytes): released once it is committed or has failed. */
+  claim: PageClaim;
 }
 
 /**
@@ -211,6 +216,11 @@ interface ReadAhead {
   url: string;
   page: Promise<PageRead>;
   abort(): void;
+  /**
+   * Takes the page up for commit (it no longer gives way to other pages' bytes); false when it was
+   * dropped to free its bytes for a page that commits first: read it again.
+   */
+  take(): boolean;
 }
 
 interface PollResult {
@@ -230,13 +240,14 @@ async function pollOnce(
   const { source, adapter, logger } = deps;
   const url = feedUrl(source, adapter, position.cursor, source.event_types);
   let page: PageRead;
-  if (ahead?.url === url) page = await ahead.page;
+  if (ahead?.url === url && ahead.take()) page = await ahead.page;
   else {
     ahead?.abort();
-    page = await readPage(deps, state, position, url, deps.signal);
+    page = await readPage(deps, state, position, url, deps.signal, state.bytes.open());
   }
-  const next = page.full ? readAhead(deps, state, page.next, page.fresh) : undefined;
+  let next: ReadAhead | undefined;
   try {
+    next = page.full ? readAhead(deps, state, page.next, page.fresh) : undefined;
     const { changes, lastEventAt } = await commitEvents(
       deps,
       state,
@@ -250,6 +261,8 @@ async function pollOnce(
   } catch (err) {
     next?.abort();
     throw err;
+  } finally {
+    page.claim.release();
   }
 }
 
@@ -258,21 +271,65 @@ function readAhead(deps: PollerDeps, state: PageState, position: Position, befor
   const controller = new AbortController();
   const url = feedUrl(deps.source, deps.adapter, position.cursor, deps.source.event_types);
   const signal = AbortSignal.any([deps.signal, controller.signal]);
-  const page = readPage(deps, state, position, url, signal, before);
+  // Speculative: it waits for the bytes of the page being committed, and gives its own back (its
+  // requests aborted) when a page that commits first needs them.
+  const claim = state.bytes.open({
+    speculative: true,
+    onDrop: () => {
+      deps.logger.debug({ url }, 'page read ahead dropped: a page committed before it needs its bytes');
+      controller.abort(new ClaimDroppedError('page read ahead dropped'));
+    },
+  });
+  const page = readPage(deps, state, position, url, signal, claim, before);
   // Failures surface when the page is awaited; a page dropped unread must not be an unhandled rejection.
   page.then((p) => p.expansion).catch(() => undefined);
-  return { url, page, abort: () => controller.abort() };
+  return {
+    url,
+    page,
+    abort: () => {
+      controller.abort();
+      claim.release();
+    },
+    take: () => {
+      if (claim.dropped) return false;
+      claim.promote();
+      return true;
+    },
+  };
 }
 
-/** Read the page at `url` (after `position`), pick its fresh events and start their expansion. */
+/**
+ * Read the page at `url` (after `position`), pick its fresh events and start their expansion
+ * within `claim`, which the caller releases once the page is committed or has failed (it is
+ * released here when the page cannot even be read).
+ */
 async function readPage(
   deps: PollerDeps,
   state: PageState,
   position: Position,
   url: string,
   signal: AbortSignal,
+  claim: PageClaim,
   before: FeedEvent[] = [],
 ): Promise<PageRead> {
+  let listed: Omit<PageRead, 'expansion' | 'claim'>;
+  try {
+    listed = await listPage(deps, state, position, url, signal, before);
+  } catch (err) {
+    claim.release();
+    throw err;
+  }
+  return { ...listed, expansion: expand(deps, state, listed.fresh, signal, claim), claim };
+}
+
+async function listPage(
+  deps: PollerDeps,
+  state: PageState,
+  position: Position,
+  url: string,
+  signal: AbortSignal,
+  before: FeedEvent[],
+): Promise<Omit<PageRead, 'expansion' | 'claim'>> {
   const res = await deps.client.get(url, { kind: 'feed', signal });
   if (res.status !== 200) throw new Error(`feed ${url} answered ${res.status}: check the source's base_url`);
   const listed = distinctEvents(deps, readFeedPage(deps, res.resource, url), url);
@@ -292,8 +349,7 @@ async function readPage(
     state.disorder,
     full,
   );
-  const expansion = expand(deps, state, fresh, signal);
-  return { url, size: listed.length, fresh, next, full, expansion };
+  return { url, size: listed.length, fresh, next, full };
 }
 
 /**

@@ -572,7 +572,7 @@ function upsertSql(s: string, logChanges: boolean): string {
         FROM batch
         ON CONFLICT (key) DO NOTHING)`
     : '';
-  // A version-only row (skipped: subject NULL, not deleted) keeps the subject and deleted flag.
+  // A version-only row (skipped or unreadable: subject NULL, not deleted) keeps the subject and deleted flag.
   const versionOnly = 'excluded.subject IS NULL AND NOT excluded.deleted';
   return `WITH batch AS (
       SELECT e.c, e.n FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS e(c, n))${log}

@@ -50,7 +50,7 @@ const SQL = {
   // present and deleted replace the whole row; deleted keeps it as a tombstone (subject NULL).
   replace: `${UPSERT_HEAD}, resource_type = excluded.resource_type, service = excluded.service,
     subject = excluded.subject, deleted = excluded.deleted ${NEWER}`,
-  // skipped only records that this event was seen: subject and deleted flag stay as they were.
+  // skipped and unreadable only record that this event was seen: subject and deleted flag stay as they were.
   versionOnly: `${UPSERT_HEAD} ${NEWER}`,
 };
 
@@ -170,6 +170,9 @@ class SqliteMirrorSink implements Sink {
           this.replace.run({ ...params, deleted: 1 });
           return;
         case 'skipped':
+        case 'unreadable':
+          // No subject to write (not asked for, or it could not be decoded): the row keeps its last
+          // known subject and only records that this event was seen.
           this.versionOnly.run(params);
           return;
         case 'gone':

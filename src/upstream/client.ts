@@ -30,7 +30,7 @@ import {
   type DigestPolicy,
 } from './digest.js';
 import type { Representation } from '../core/resource.js';
-import { abortReason, send, type RawResponse } from './transport.js';
+import { abortReason, DEFAULT_MAX_BODY_BYTES, send, type RawResponse } from './transport.js';
 
 export interface UpstreamClientOptions {
   /** Source name, for errors/logs/events. */
@@ -96,11 +96,19 @@ export function sourceClientOptions(
 }
 
 /** 404 and 410 both say the resource is gone (RFC 9110 §15.5.11: 410 is 404 made permanent). */
+/** `bytes`: the body's size, content codings undone (what a page's byte budget counts). */
 export type FetchResult =
-  { status: 200; url: string; resource: Representation } | { status: 404 | 410; url: string };
+  { status: 200; url: string; resource: Representation; bytes: number } | { status: 404 | 410; url: string };
 
 export interface UpstreamClient {
-  get(url: string, opts: { kind: 'feed' | 'subject'; signal?: AbortSignal }): Promise<FetchResult>;
+  /**
+   * `maxBodyBytes`: a cap for this request below the source's max_body_bytes (a page budget's
+   * first reservation); a body over it is a BodyOverCapError, neither counted nor retried.
+   */
+  get(
+    url: string,
+    opts: { kind: 'feed' | 'subject'; signal?: AbortSignal; maxBodyBytes?: number },
+  ): Promise<FetchResult>;
   /** Requests made and 401s received so far (for the benchmark). */
   stats(): { requests: number; unauthorized: number };
   close(): Promise<void>;
@@ -196,6 +204,7 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
     kind: 'feed' | 'subject',
     authorization: string | undefined,
     signal: AbortSignal | undefined,
+    cap: number | undefined,
   ): Promise<RawResponse> {
     const headers: Record<string, string> = { accept: ACCEPT[opts.format] };
     if (authorization) headers.authorization = authorization;
@@ -211,7 +220,7 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
         // Only successes are decoded; error bodies are drained so the socket can be reused.
         readBody: (status) => status >= 200 && status < 300,
         compression: opts.compression ?? true,
-        maxBodyBytes: opts.maxBodyBytes,
+        maxBodyBytes: cap ?? opts.maxBodyBytes,
       });
       if (res.status === 401) counters.unauthorized += 1;
       emit(kind, String(res.status));
@@ -256,6 +265,7 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
     t: Target,
     kind: 'feed' | 'subject',
     signal: AbortSignal | undefined,
+    cap: number | undefined,
   ): Promise<RawResponse> {
     const o = originFor(t.origin);
     // The challenge generation our credentials came from (or, without credentials, the one seen
@@ -266,7 +276,7 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
     // Whether `auth` was built from a challenge received while serving this very request.
     let fresh = false;
     for (let round = 1; ; round++) {
-      const res = await exchange(o, t, kind, auth?.header, signal);
+      const res = await exchange(o, t, kind, auth?.header, signal, cap);
       if (res.status !== 401) {
         if (auth) o.digest.onAuthenticationInfo(res.headers['authentication-info']);
         return res;
@@ -301,8 +311,9 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
     t: Target,
     kind: 'feed' | 'subject',
     signal: AbortSignal | undefined,
+    cap: number | undefined,
   ): Promise<FetchResult> {
-    const res = await authenticatedGet(t, kind, signal);
+    const res = await authenticatedGet(t, kind, signal, cap);
     if (res.status === 404 || res.status === 410) return { status: res.status, url: t.display };
     if (res.status >= 200 && res.status < 300) {
       if (res.invalidUtf8) {
@@ -314,7 +325,7 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
       }
       const contentType = headerValue(res.headers['content-type']);
       const resource = decodeBody(res.body, contentType, t.display, opts.format, { linkRel: opts.linkRel });
-      return { status: 200, url: t.display, resource };
+      return { status: 200, url: t.display, resource, bytes: res.bytes };
     }
     const retryable = isRetryableStatus(res.status);
     const retryAfterMs = retryable
@@ -334,7 +345,7 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
   }
 
   return {
-    async get(url, { kind, signal }) {
+    async get(url, { kind, signal, maxBodyBytes: cap }) {
       if (closed)
         throw new FeedsyncError(
           `upstream client of source ${opts.source} is closed (GET ${stripUserinfoText(cut(url))})`,
@@ -349,9 +360,17 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
       let lastError: unknown;
       for (let i = 0; i < retry.attempts; i++) {
         try {
-          return await attempt(t, kind, signal);
+          return await attempt(t, kind, signal, cap);
         } catch (err) {
           if (signal?.aborted) throw abortReason(signal);
+          const sourceCap = opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
+          if (
+            cap !== undefined &&
+            cap < sourceCap &&
+            err instanceof UpstreamRefusedError &&
+            err.reason === 'body_too_large'
+          )
+            throw new BodyOverCapError(t.display, cap);
           // Refusals are never retried here: they would be refused again.
           if (!isRetryable(err)) throw reported(err);
           lastError = err;
@@ -385,6 +404,17 @@ export function createUpstreamClient(opts: UpstreamClientOptions): UpstreamClien
       await connections.close();
     },
   };
+}
+
+/** The body is larger than the request's own cap (UpstreamClient.get's maxBodyBytes): ask again with more. */
+export class BodyOverCapError extends Error {
+  override name = 'BodyOverCapError';
+  constructor(
+    readonly url: string,
+    readonly cap: number,
+  ) {
+    super(`body of GET ${url} is larger than the ${cap} bytes reserved for it`);
+  }
 }
 
 function isStale(header: string | string[] | undefined): boolean {

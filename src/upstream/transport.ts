@@ -21,6 +21,8 @@ export interface RawResponse {
   status: number;
   headers: Record<string, string | string[] | undefined>;
   body: string;
+  /** Size of the body in bytes, content codings undone (0 when not read). */
+  bytes: number;
   /** The body held bytes that are not valid UTF-8 (each replaced by U+FFFD). */
   invalidUtf8?: boolean;
 }
@@ -112,7 +114,7 @@ async function exchange(
       `${what} is larger than max_body_bytes (${maxBodyBytes} bytes)`,
     );
   }
-  if (!opts.readBody(res.status)) return { status: res.status, headers: res.headers, body: '' };
+  if (!opts.readBody(res.status)) return { status: res.status, headers: res.headers, body: '', bytes: 0 };
   const encoding = res.headers['content-encoding'];
   let bytes: Buffer = res.body;
   if (encoding !== undefined) {
@@ -137,7 +139,12 @@ async function exchange(
     if (err instanceof CharsetError) throw new DecodeError(url, err.message);
     throw err;
   }
-  const out: RawResponse = { status: res.status, headers: res.headers, body: decoded.text };
+  const out: RawResponse = {
+    status: res.status,
+    headers: res.headers,
+    body: decoded.text,
+    bytes: bytes.length,
+  };
   if (decoded.invalidUtf8) out.invalidUtf8 = true;
   return out;
 }

@@ -52,6 +52,9 @@ describe('defaults', () => {
       subject_concurrency: 8,
       compression: true,
       max_body_bytes: 8 * 1024 * 1024,
+      max_page_bytes: 16 * 1024 * 1024,
+      max_change_bytes: 8 * 1024 * 1024,
+      on_undecodable_subject: 'stop',
       allowed_origins: [],
       allow_insecure_http: false,
       digest_min: 'md5',
@@ -293,6 +296,31 @@ describe('rejections name the key path', () => {
     const raw = minimalRaw();
     raw.queue = { backoff_ms: 5000, max_backoff_ms: 1000 };
     expect(problems(raw)).toEqual(['queue.max_backoff_ms: must be >= queue.backoff_ms (5000)']);
+  });
+
+  it('the page budget covers a body and a change: each limit named when it does not', () => {
+    const raw = minimalRaw();
+    const source = (raw.sources as Record<string, unknown>[])[0]!;
+    Object.assign(source, {
+      max_body_bytes: 20_000_000,
+      max_page_bytes: 16_777_216,
+      max_change_bytes: 30_000_000,
+    });
+    expect(problems(raw)).toEqual([
+      'sources[0].max_page_bytes: must be >= max_body_bytes (20000000): every subject fetch may reserve max_body_bytes of it',
+      'sources[0].max_change_bytes: must be <= max_page_bytes (16777216)',
+    ]);
+    Object.assign(source, {
+      max_body_bytes: 1_048_576,
+      max_page_bytes: 4_194_304,
+      max_change_bytes: 2_097_152,
+    });
+    expect(validate(raw).sources[0]).toMatchObject({
+      max_page_bytes: 4_194_304,
+      max_change_bytes: 2_097_152,
+    });
+    Object.assign(source, { on_undecodable_subject: 'skip' });
+    expect(problems(raw)[0]).toMatch(/^sources\[0\]\.on_undecodable_subject: /);
   });
 
   it('filters: unknown source names and services', () => {

@@ -33,9 +33,21 @@ const NAMES_BYTE_LIMIT = /8388608|8 ?MiB|max_body_bytes/;
 
 /** The most requests of `requests` in flight at one moment. */
 function maxInFlight(requests: RecordedRequest[]): number {
+  // A request the client cut short is seen closed here a moment after the client let go of it and
+  // may already have started the next request of that slot (a subject asked again with more room
+  // after its first, capped request: docs/upstream-security.md "Memory per page").
+  const CLOSE_LAG_MS = 100;
   const edges = requests.flatMap((r) => [
     { t: r.startedAt, d: 1 },
-    { t: r.endedAt ?? Number.POSITIVE_INFINITY, d: -1 },
+    {
+      t:
+        r.endedAt === undefined
+          ? Number.POSITIVE_INFINITY
+          : r.cutShort
+            ? Math.max(r.startedAt, r.endedAt - CLOSE_LAG_MS)
+            : r.endedAt,
+      d: -1,
+    },
   ]);
   edges.sort((a, b) => a.t - b.t || a.d - b.d);
   let now = 0;

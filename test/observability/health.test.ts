@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { createLiveness, createReadiness } from '../../src/observability/health.js';
 import { PipelineEvents } from '../../src/core/events.js';
+import { UndecodableSubjectError } from '../../src/core/errors.js';
 import { startStack } from './stack.js';
 
 type Stack = Awaited<ReturnType<typeof startStack>>;
@@ -54,6 +55,36 @@ describe('/readyz', () => {
 
     okPoll(stack, 'workflow');
     expect(await stack.get('/readyz')).toMatchObject({ status: 200, body: '{"ready":true}' });
+  });
+
+  it('turns 503 at the first poll of a source stopped on an undecodable subject, naming the event, until a poll succeeds', async () => {
+    stack = await startStack();
+    const stopped = new UndecodableSubjectError(
+      'workflow',
+      7013,
+      'job_updated',
+      'too_deep',
+      'refused GET http://127.0.0.1:4010/api/work_areas/1/jobs/913: JSON nesting is deeper than 64 levels',
+    );
+    stack.events.emit('poll:finished', {
+      source: 'workflow',
+      ok: false,
+      durationSeconds: 0.1,
+      pageSize: 0,
+      behind: false,
+      error: stopped,
+    });
+    const res = await stack.get('/readyz');
+    expect(res.status).toBe(503);
+    const reasons = (JSON.parse(res.body) as { reasons: string[] }).reasons;
+    expect(reasons).toHaveLength(1);
+    expect(reasons[0]).toContain(
+      'source "workflow" is stopped: source workflow stopped at event 7013 (job_updated)',
+    );
+    expect(reasons[0]).toContain('/api/work_areas/1/jobs/913');
+    expect(reasons[0]).toContain('feedsync cursor set workflow 7013');
+    okPoll(stack, 'workflow');
+    expect((await stack.get('/readyz')).status).toBe(200);
   });
 
   it('is 503 naming each failing, throwing or hanging check', async () => {

@@ -4,7 +4,12 @@ import { join } from 'node:path';
 import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { SourceConfig } from '../../src/config/types.js';
-import { UpstreamAuthError, UpstreamHttpError } from '../../src/core/errors.js';
+import {
+  UndecodableSubjectError,
+  UpstreamAuthError,
+  UpstreamHttpError,
+  UpstreamRefusedError,
+} from '../../src/core/errors.js';
 import type { Change } from '../../src/core/change.js';
 import { PipelineEvents } from '../../src/core/events.js';
 import { runPoller } from '../../src/pipeline/poller.js';
@@ -13,8 +18,9 @@ import { services } from '../../src/services/index.js';
 import { sqliteSourceState } from '../../src/queue/sqlite-source-state.js';
 import { CursorStore } from '../../src/store/cursors.js';
 import { openStore } from '../../src/store/store.js';
-import type { FetchResult, UpstreamClient } from '../../src/upstream/client.js';
+import { BodyOverCapError, type FetchResult, type UpstreamClient } from '../../src/upstream/client.js';
 import type { Resource } from '../../src/core/resource.js';
+import { assertValidChange } from '../support/change-schema.js';
 import { tempDir, waitFor } from '../support/harness.js';
 
 const BASE = 'http://upstream.test/wf';
@@ -34,6 +40,9 @@ const source = (over: Partial<SourceConfig> = {}): SourceConfig => ({
   subject_concurrency: 4,
   compression: true,
   max_body_bytes: 8 * 1024 * 1024,
+  max_page_bytes: 32 * 1024 * 1024,
+  max_change_bytes: 8 * 1024 * 1024,
+  on_undecodable_subject: 'stop',
   allowed_origins: [],
   allow_insecure_http: false,
   digest_min: 'md5',
@@ -58,7 +67,7 @@ class ScriptedUpstream implements UpstreamClient {
     public events: Resource[],
     public subjects: Record<string, Resource | 404>,
   ) {}
-  async get(url: string, opts: { kind: 'feed' | 'subject' }): Promise<FetchResult> {
+  async get(url: string, opts: { kind: 'feed' | 'subject'; maxBodyBytes?: number }): Promise<FetchResult> {
     this.requests.push(url);
     if (opts.kind === 'feed') {
       const err = this.feedError?.();
@@ -69,7 +78,7 @@ class ScriptedUpstream implements UpstreamClient {
         newerThan === null
           ? this.events.slice(-50)
           : this.events.filter((e) => (e.id as number) > Number(newerThan)).slice(0, 50);
-      return { status: 200, url, resource: { resource_type: 'events', entries } };
+      return { status: 200, url, resource: { resource_type: 'events', entries }, bytes: 0 };
     }
     const left = this.subjectFailures.get(url) ?? 0;
     if (left > 0) {
@@ -78,7 +87,11 @@ class ScriptedUpstream implements UpstreamClient {
     }
     const s = this.subjects[url];
     if (s === undefined || s === 404) return { status: 404, url };
-    return { status: 200, url, resource: s };
+    const bytes = JSON.stringify(s).length;
+    // Like the real client: a body over the request's own cap is not read.
+    if (opts.maxBodyBytes !== undefined && bytes > opts.maxBodyBytes)
+      throw new BodyOverCapError(url, opts.maxBodyBytes);
+    return { status: 200, url, resource: s, bytes };
   }
   stats() {
     return { requests: this.requests.length, unauthorized: 0 };
@@ -153,7 +166,7 @@ function start(
     signal: stop.signal,
     ...(auditIntervalMs === undefined ? {} : { auditIntervalMs }),
   });
-  return { queue, cursors, polls, unknown, anomalies, errors, refusals, logs, stop, done };
+  return { queue, cursors, polls, unknown, anomalies, errors, refusals, logs, stop, done, events };
 }
 
 const job = (n: string): Resource => ({ resource_type: 'job', id: Number(n), name: `job ${n}` });
@@ -240,7 +253,7 @@ describe('poller', () => {
     // the scripted feed filters by newer_than itself; make it lie like a broken upstream would
     up.get = async (u: string, o) =>
       o.kind === 'feed'
-        ? { status: 200, url: u, resource: { resource_type: 'events', entries: up.events } }
+        ? { status: 200, url: u, resource: { resource_type: 'events', entries: up.events }, bytes: 0 }
         : ScriptedUpstream.prototype.get.call(up, u, o);
     await waitFor(() => p.queue.changes.length === 2, 5000, 'second change');
     await new Promise((r) => setTimeout(r, 100));
@@ -407,7 +420,7 @@ describe('no silent loss from a feed that breaks its own rules', () => {
     ];
     up.get = async (u: string, o) =>
       o.kind === 'feed'
-        ? { status: 200, url: u, resource: { resource_type: 'events', entries: lying } }
+        ? { status: 200, url: u, resource: { resource_type: 'events', entries: lying }, bytes: 0 }
         : ScriptedUpstream.prototype.get.call(up, u, o);
     await waitFor(() => ids(p).length === 4, 5000, 'late and new changes');
     await new Promise((r) => setTimeout(r, 100));
@@ -428,7 +441,7 @@ describe('no silent loss from a feed that breaks its own rules', () => {
     up.get = async (u: string, o) => {
       if (o.kind !== 'feed') return ScriptedUpstream.prototype.get.call(up, u, o);
       listings++;
-      return { status: 200, url: u, resource: { resource_type: 'events', entries: changed } };
+      return { status: 200, url: u, resource: { resource_type: 'events', entries: changed }, bytes: 0 };
     };
     await waitFor(() => ids(p).length === 3 && listings >= 4, 5000, 'the new change and more polls');
     expect(ids(p)).toEqual([5, 6, 7]);
@@ -560,6 +573,125 @@ describe('no silent loss from a feed that breaks its own rules', () => {
     await waitFor(() => ids(p).length === 30, 5000, 'all changes');
     // Log lines and events stop at 20 new types; every event is still delivered.
     expect(p.unknown).toHaveLength(20);
+  });
+});
+
+describe('memory per page and undecodable subjects', () => {
+  const KiB = 1024;
+  const ids = (p: { queue: MemoryQueue }) => p.queue.changes.map((c) => c.event_id);
+  const big = (n: string, chars: number): Resource => ({ ...job(n), name: 'x'.repeat(chars) });
+
+  it('refuses a page whose subjects need more than max_page_bytes, naming the event and the limit; delivers it once they fit', async () => {
+    const events = [ev(1, 'job_updated', '7'), ev(2, 'job_updated', '8'), ev(3, 'job_updated', '9')];
+    const up = new ScriptedUpstream(events, {
+      [url('7')]: big('7', 60 * KiB),
+      [url('8')]: big('8', 60 * KiB),
+      [url('9')]: big('9', 60 * KiB),
+    });
+    const p = start(up, { max_body_bytes: 64 * KiB, max_page_bytes: 128 * KiB, max_change_bytes: 64 * KiB });
+    const refused: string[] = [];
+    p.events.on('page:refused', (e) => refused.push(`${e.source}:${e.limit}`));
+    await waitFor(() => p.errors.length >= 2, 10_000, 'refused pages');
+    expect(p.errors[0]).toMatch(
+      /page refused: the subject of event 3 \(.*jobs\/9\) may need up to 65536 bytes more/,
+    );
+    expect(p.errors[0]).toMatch(/max_page_bytes is 131072/);
+    expect(refused[0]).toBe('wf:max_page_bytes');
+    expect(p.queue.commits).toHaveLength(0);
+    // Healed: small subjects, the same page goes through whole.
+    for (const n of ['7', '8', '9']) up.subjects[url(n)] = job(n);
+    await waitFor(() => ids(p).length === 3, 10_000, 'the page delivered');
+    expect(ids(p)).toEqual([1, 2, 3]);
+  });
+
+  it('stops the source on a subject over a decoding limit by default: slowly, naming event, type, URL and the ways on', async () => {
+    const events = [ev(1, 'job_updated', '7'), ev(2, 'job_created', '8'), ev(3, 'job_updated', '7')];
+    const up = new ScriptedUpstream(events, { [url('7')]: job('7') });
+    up.get = async (u: string, o) => {
+      if (u === url('8'))
+        throw new UpstreamRefusedError(u, 'too_deep', 'JSON nesting is deeper than 64 levels');
+      return ScriptedUpstream.prototype.get.call(up, u, o);
+    };
+    const p = start(up, { poll_interval_ms: 200 });
+    const stopped: string[] = [];
+    p.events.on('subject:undecodable', (e) => stopped.push(e.action));
+    const errors: unknown[] = [];
+    p.events.on('poll:finished', (e) => errors.push(e.error));
+    await new Promise((r) => setTimeout(r, 1100));
+    expect(errors[0]).toBeInstanceOf(UndecodableSubjectError);
+    expect(p.errors[0]).toContain('source wf stopped at event 2 (job_created)');
+    expect(p.errors[0]).toContain(url('8'));
+    expect(p.errors[0]).toContain(
+      `never be decoded (too_deep): refused GET ${url('8')}: JSON nesting is deeper than 64 levels`,
+    );
+    expect(p.errors[0]).toContain('on_undecodable_subject');
+    expect(p.errors[0]).toContain('feedsync cursor set wf 2');
+    // Retried like wrong credentials: at most once per poll interval, never a tight loop.
+    expect(p.errors.length).toBeGreaterThanOrEqual(2);
+    expect(p.errors.length).toBeLessThanOrEqual(6);
+    expect(stopped.every((a) => a === 'stopped') && stopped.length === p.errors.length).toBe(true);
+    // Nothing of the page, nothing after it.
+    expect(p.queue.commits).toHaveLength(0);
+  });
+
+  it('with deliver_unreadable, delivers the change as unreadable with the reason, and the events after it', async () => {
+    const events = [ev(1, 'job_updated', '7'), ev(2, 'job_created', '8'), ev(3, 'job_updated', '7')];
+    const up = new ScriptedUpstream(events, { [url('7')]: job('7') });
+    up.get = async (u: string, o) => {
+      if (u === url('8'))
+        throw new UpstreamRefusedError(
+          u,
+          'too_many_values',
+          'JSON body holds more than 200000 keys and values',
+        );
+      return ScriptedUpstream.prototype.get.call(up, u, o);
+    };
+    const p = start(up, { on_undecodable_subject: 'deliver_unreadable' });
+    const counted: number[] = [];
+    p.events.on('subject:undecodable', (e) => e.action === 'delivered_unreadable' && counted.push(e.count));
+    await waitFor(() => ids(p).length === 3, 5000, 'three changes');
+    const [, unreadable] = p.queue.changes;
+    expect(unreadable).toMatchObject({
+      event_id: 2,
+      subject_state: 'unreadable',
+      subject: null,
+      subject_url: url('8'),
+      subject_error: 'too_many_values: JSON body holds more than 200000 keys and values',
+    });
+    for (const c of p.queue.changes) assertValidChange(c);
+    expect(p.queue.changes.map((c) => c.subject_state)).toEqual(['present', 'unreadable', 'present']);
+    expect(counted).toEqual([1]);
+    expect(p.errors).toEqual([]);
+  });
+
+  it('holds a change over max_change_bytes to the same policy: stop, or deliver it unreadable', async () => {
+    const events = [ev(1, 'job_updated', '7'), ev(2, 'job_updated', '8')];
+    const subjects = { [url('7')]: job('7'), [url('8')]: big('8', 70 * KiB) };
+    const limits = { max_body_bytes: 128 * KiB, max_change_bytes: 64 * KiB };
+
+    const stopped = start(new ScriptedUpstream(events, subjects), limits);
+    const refused: string[] = [];
+    stopped.events.on('page:refused', (e) => refused.push(e.limit));
+    await waitFor(() => stopped.errors.length >= 1, 5000, 'a stopped page');
+    expect(stopped.errors[0]).toMatch(/source wf stopped at event 2 \(job_updated\)/);
+    expect(stopped.errors[0]).toMatch(
+      /never be decoded \(max_change_bytes\): the change of subject \S+jobs\/8 is \d+ bytes, over max_change_bytes \(65536\)/,
+    );
+    expect(refused).toContain('max_change_bytes');
+    expect(stopped.queue.commits).toHaveLength(0);
+
+    const delivered = start(new ScriptedUpstream(events, subjects), {
+      ...limits,
+      on_undecodable_subject: 'deliver_unreadable',
+    });
+    await waitFor(() => ids(delivered).length === 2, 5000, 'both changes');
+    const change = delivered.queue.changes[1]!;
+    expect(change.subject_state).toBe('unreadable');
+    expect(change.subject).toBeNull();
+    expect(change.subject_error).toMatch(
+      /^max_change_bytes: the change is \d+ bytes, over max_change_bytes \(65536\)$/,
+    );
+    assertValidChange(change);
   });
 });
 

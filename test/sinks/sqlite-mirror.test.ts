@@ -227,6 +227,24 @@ describe('sqlite mirror sink', () => {
     expect(row(`${BASE}/api/titles/8`)).toMatchObject({ subject: null, last_event_id: 80, deleted: 0 });
   });
 
+  it('keeps the last known subject on an unreadable change, recording only its version', async () => {
+    const sink = await openFresh();
+    const present = about(17, 170);
+    await sink.deliver(present);
+    const unreadable = about(17, 171, {
+      subject_state: 'unreadable',
+      subject: null,
+      subject_error: 'too_deep: JSON nesting is deeper than 64 levels of objects and arrays',
+    });
+    await sink.deliver(unreadable);
+    expect(row(present.subject_url!)).toMatchObject({
+      subject: JSON.stringify(present.subject),
+      last_event_id: 171,
+      last_key: unreadable.key,
+      deleted: 0,
+    });
+  });
+
   it('ignores changes without a subject URL', async () => {
     const sink = await openFresh();
     await sink.deliver(makeChange({ subject_url: null, subject_state: 'skipped' }));

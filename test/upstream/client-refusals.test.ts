@@ -7,7 +7,7 @@ import type { Logger } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { UpstreamRefusedError } from '../../src/core/errors.js';
 import { PipelineEvents } from '../../src/core/events.js';
-import { createUpstreamClient } from '../../src/upstream/client.js';
+import { BodyOverCapError, createUpstreamClient } from '../../src/upstream/client.js';
 import { DigestServer } from './support/digest-server.js';
 
 const USER = 'feedsync';
@@ -66,6 +66,28 @@ describe('refusals from the transport and the decoder', () => {
     expect(refused).toEqual([{ source: 'workflow', reason: 'body_too_large', url }]);
     expect(server.requests.map((r) => r.outcome)).toEqual(['401', '200']);
     expect(warnings).toEqual([]);
+  });
+
+  it("a body over the request's own cap (a page budget's first share): BodyOverCapError, neither reported nor retried; asked again without it, delivered", async () => {
+    const body = JSON.stringify({ resource_type: 'title', id: 42, name: 'x'.repeat(40_000) });
+    const { server, client, refused, url } = await setup(body);
+    const err = await client.get(url, { kind: 'subject', maxBodyBytes: 16_384 }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(BodyOverCapError);
+    expect((err as BodyOverCapError).cap).toBe(16_384);
+    expect(refused).toEqual([]);
+    expect(server.requests.map((r) => r.outcome)).toEqual(['401', '200']);
+    const whole = await client.get(url, { kind: 'subject' });
+    expect(whole).toMatchObject({ status: 200, bytes: Buffer.byteLength(body) });
+    // A cap at or above the source's max_body_bytes is the source's limit: a refusal as ever.
+    const big = JSON.stringify({ resource_type: 'title', id: 42, name: 'x'.repeat(100_000) });
+    server.route('/api/titles/42', {
+      status: 200,
+      headers: { 'content-type': 'application/json' },
+      body: big,
+    });
+    expect((await refusal(client.get(url, { kind: 'subject', maxBodyBytes: 65_536 }))).reason).toBe(
+      'body_too_large',
+    );
   });
 
   it('a body nested too deep: too_deep, reported once, not retried', async () => {

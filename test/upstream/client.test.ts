@@ -89,6 +89,7 @@ describe('digest round trips', () => {
             put_up: '2026-11-20T10:15:02.000Z',
             self_link: 'http://x/api/titles/42',
           },
+          bytes: Buffer.byteLength(TITLE),
         });
       }
       expect(server.count()).toBe(6);
