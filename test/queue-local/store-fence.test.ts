@@ -11,6 +11,11 @@ import {
   LEASE_LOST_MESSAGE,
 } from '../../src/store/store-lease.js';
 import { openStore } from '../../src/store/store.js';
+import { CursorStore } from '../../src/store/cursors.js';
+import { Backlog } from '../../src/queue/local/backlog.js';
+import { LocalProducer } from '../../src/queue/local/producer.js';
+import { localPositionsAdmin } from '../../src/queue/local/positions-admin.js';
+import type { ProducerSink } from '../../src/queue/sink-positions.js';
 import { tempDir } from '../support/harness.js';
 
 describe('the store fence', () => {
@@ -71,6 +76,65 @@ describe('the store fence', () => {
         stale.prepare(`INSERT INTO parked_ids (source, sink, id) VALUES ('s', 'k', 1)`).run(),
       ).toThrow(LEASE_LOST_MESSAGE);
       expect(other.prepare('SELECT cursor FROM lagging_sinks').pluck().get()).toBe(1);
+    } finally {
+      stale.close();
+      other.close();
+    }
+  });
+
+  it("refuses a superseded owner's catch-up step that queues no row (a filtered sink, no matching event)", async () => {
+    const path = join(tempDir(), 'store.db');
+    const stale = openStore(path);
+    const other = openStore(path);
+    try {
+      expect(StoreLease.tryAcquire(stale, { owner: 'a', ttlMs: 10_000 })).toBeDefined();
+      const sinks: ProducerSink[] = [
+        {
+          name: 'filtered',
+          filter: { sources: [], services: [], event_types: ['title_created'], resource_types: [] },
+          maxBacklog: 100,
+          startFrom: 'earliest',
+        },
+      ];
+      const cursors = new CursorStore(stale);
+      const producer = new LocalProducer(
+        stale,
+        cursors,
+        sinks,
+        localPositionsAdmin(stale, cursors, sinks),
+        new Backlog(stale, ['filtered']),
+        () => undefined,
+      );
+      // The sink is added to a source at event 40: back-filled from the start of the feed.
+      expect(await producer.registerSinks('src', 'scheduling', { cursor: 40, seenAbove: [] })).toEqual([
+        'filtered',
+      ]);
+      const [lag] = await producer.laggingSinks('src');
+      expect(lag).toMatchObject({ sink: 'filtered', cursor: 0, reason: 'backfill' });
+
+      // Frozen past its lease: another process takes the store over.
+      other.prepare('UPDATE store_lease SET heartbeat_at = 0').run();
+      expect(StoreLease.tryAcquire(other, { owner: 'b', ttlMs: 10_000 })).toBeDefined();
+      // Its page (events 1-30, none of the sink's type, short: it would rejoin) must write nothing.
+      await expect(
+        producer.commitCatchUp({
+          source: 'src',
+          sink: 'filtered',
+          generation: lag!.generation,
+          reason: lag!.reason,
+          since: lag!.since,
+          changes: [],
+          cursor: 30,
+          seenAbove: [],
+          eventIds: Array.from({ length: 30 }, (_, i) => i + 1),
+          eventAt: 0,
+          join: true,
+        }),
+      ).rejects.toThrow(LEASE_LOST_MESSAGE);
+      expect(other.prepare('SELECT sink, cursor FROM lagging_sinks').all()).toEqual([
+        { sink: 'filtered', cursor: 0 },
+      ]);
+      expect(other.prepare('SELECT SUM(lost_count) FROM known_sinks').pluck().get()).toBe(0);
     } finally {
       stale.close();
       other.close();
