@@ -30,6 +30,8 @@ export const STORE_LEASE_TTL_MS = 15_000;
  */
 export const UNFENCED_TABLES: Readonly<Record<string, string>> = {
   store_lease: 'the lease itself: claims and renewals check the token in their own WHERE clause',
+  sink_counts:
+    'written only by the counting triggers of deliveries, page_log and dead_letters, after their own fence let the write through',
 };
 const OPERATIONS = ['INSERT', 'UPDATE', 'DELETE'] as const;
 export const LEASE_LOST_MESSAGE = 'feedsync: this process no longer owns the store (lease taken over)';

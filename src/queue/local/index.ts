@@ -14,7 +14,6 @@ import { LocalProducer } from './producer.js';
 import { producerSinks, reportParked } from '../sink-positions.js';
 import { localPositionsAdmin } from './positions-admin.js';
 
-const RECOUNT_MS = 10_000;
 const RUN_BUSY_TIMEOUT_MS = 100;
 
 export const createLocalDriver: DriverFactory = async ({ config, mode, sinks, events, logger }) => {
@@ -36,21 +35,18 @@ export const createLocalDriver: DriverFactory = async ({ config, mode, sinks, ev
     leases: storeLeases(ownership, db, cursors, config.queue.lease_ttl_ms),
     checks: { store: () => db.open },
     close: async () => {
-      clearInterval(recount);
       ownership.release();
       if (db.open) db.close();
     },
   };
-  let recount: NodeJS.Timeout | undefined;
   if (mode === 'run') {
-    const backlog = new Backlog(db, names);
-    const delivery = new LocalDelivery(db, sinks, config.queue, events, logger, backlog, ownership);
+    const delivery = new LocalDelivery(db, sinks, config.queue, events, logger, ownership);
     parts.producer = new LocalProducer(
       db,
       cursors,
       producerSinks(config),
       positions,
-      backlog,
+      new Backlog(db),
       (slices) => delivery.queued(slices),
       (sink, changes) => delivery.takes(sink, changes),
       (source, sink) => reportParked(events, logger, source, sink),
@@ -60,8 +56,6 @@ export const createLocalDriver: DriverFactory = async ({ config, mode, sinks, ev
     parts.checks.store_owner = () => ownership.valid();
     parts.fatal = ownership.lost;
     parts.admin = new LocalAdmin(db, names, () => delivery.inFlightCounts());
-    recount = setInterval(() => backlog.recount(), RECOUNT_MS);
-    recount.unref();
   }
   return parts;
 };

@@ -172,7 +172,6 @@ export class LocalProducer implements ChangeQueue {
   }
 
   async laggingSinks(source: string): Promise<LaggingSink[]> {
-    // Backlogs counted now, not the in-memory figures: a catch-up waits for the sink to have drained.
     return (await this.positions.lagging()).filter((l) => l.source === source);
   }
 
@@ -182,10 +181,7 @@ export class LocalProducer implements ChangeQueue {
 
   private handOver(slices: QueuedSlices): Record<string, number> {
     const counts: Record<string, number> = {};
-    for (const [sink, rows] of slices) {
-      counts[sink] = rows.length;
-      this.backlog.add(sink, rows.length);
-    }
+    for (const [sink, rows] of slices) counts[sink] = rows.length;
     this.onQueued(slices);
     return counts;
   }
