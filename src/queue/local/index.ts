@@ -11,7 +11,7 @@ import { LocalAdmin } from './admin.js';
 import { Backlog } from './backlog.js';
 import { LocalDelivery } from './delivery.js';
 import { LocalProducer } from './producer.js';
-import { producerSinks, reportParked } from '../sink-positions.js';
+import { producerSinks, reportForgotten, reportParked } from '../sink-positions.js';
 import { localPositionsAdmin } from './positions-admin.js';
 
 const RUN_BUSY_TIMEOUT_MS = 100;
@@ -50,6 +50,7 @@ export const createLocalDriver: DriverFactory = async ({ config, mode, sinks, ev
       (slices) => delivery.queued(slices),
       (sink, changes) => delivery.takes(sink, changes),
       (source, sink) => reportParked(events, logger, source, sink),
+      (source, forgotten) => reportForgotten(logger, source, forgotten),
     );
     parts.delivery = delivery;
     // A standby (another `run` owns the store) is not doing its job: /readyz says so.
