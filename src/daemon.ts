@@ -309,6 +309,7 @@ function startPollers(
 ): Promise<void>[] {
   const { config, logger } = opts;
   const { producer, sourceState, leases } = parts;
+  const sinkFilters = new Map(config.sinks.map((s) => [s.name, s.filter]));
   return config.sources.map((source) => {
     const adapter = services[source.service];
     const log = logger.child({ source: source.name });
@@ -335,6 +336,7 @@ function startPollers(
         events,
         logger: log,
         signal,
+        sinkFilters,
       }),
     );
   });

@@ -10,7 +10,8 @@ import { errorMessage } from '../core/errors.js';
 import { ClaimDroppedError, type PageClaim } from './page-bytes.js';
 import type { LaggingSink } from '../queue/queue.js';
 import { catchUpWindow, covers, isBehind } from '../queue/sink-positions.js';
-import type { FeedEvent, SubjectOutcome } from './change.js';
+import { passesFilter } from '../sinks/filter.js';
+import { splitEventType, type FeedEvent, type SubjectOutcome } from './change.js';
 import { nextCursor, PAGE_SIZE } from './cursor.js';
 import type { Expansion } from './expand.js';
 import { distinctEvents, readFeedPage } from './feed-page.js';
@@ -140,7 +141,11 @@ export class CatchUp {
     const unseen = listed.filter((e) => !isBehind(lag, e.id));
     // Only what the shared stream has passed: the rest reaches the sink with the shared stream once
     // it rejoins. A short page listed everything after the sink's position: nothing is left between.
-    const fresh = unseen.filter((e) => isBehind(shared, e.id));
+    // And only what the sink takes: the subjects of events its filter refuses are never fetched.
+    const filter = deps.sinkFilters?.get(lag.sink);
+    const fresh = unseen.filter(
+      (e) => isBehind(shared, e.id) && (!filter || passesFilter(filter, eventFields(deps, e))),
+    );
     const joined = !full || covers(next, shared);
     const changes = buildChanges(deps, fresh, await this.expand(fresh, claim, signal));
     const result = await deps.queue.commitCatchUp({
@@ -219,4 +224,14 @@ export class CatchUp {
     }
     return { outcomes: await Promise.all(events.map((e) => ours.get(e.id) ?? known(e)!)), notFound: 0 };
   }
+}
+
+/** What a sink's filter looks at, known from the feed alone (before any subject is fetched). */
+function eventFields(deps: PollerDeps, e: FeedEvent) {
+  return {
+    source: deps.source.name,
+    service: deps.adapter.kind,
+    event_type: e.event_type,
+    resource_type: splitEventType(e.event_type).resource_type,
+  };
 }

@@ -1,7 +1,7 @@
 // What one source's poller and its feed audit share: their dependencies, the position in the feed,
 // the state kept across pages, and the two requests both make (a feed page, a page's subjects).
 import type { Logger } from 'pino';
-import type { SourceConfig } from '../config/types.js';
+import type { SinkFilter, SourceConfig } from '../config/types.js';
 import type { Change } from '../core/change.js';
 import type { PipelineEvents } from '../core/events.js';
 import type { SourceState } from '../queue/driver.js';
@@ -29,6 +29,8 @@ export interface PollerDeps {
   signal: AbortSignal;
   /** How often the feed audit may run (default 60 s; tests shorten it). */
   auditIntervalMs?: number;
+  /** Each sink's filter: a catch-up fetches the subjects of only the events its sink takes. */
+  sinkFilters?: ReadonlyMap<string, SinkFilter>;
 }
 
 export interface Position {

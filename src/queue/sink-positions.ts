@@ -95,6 +95,29 @@ export function reportParked(
   );
 }
 
+/** One log line per source and removed sink whose position (or record) was dropped at start-up. */
+export function reportForgotten(
+  logger: Logger | undefined,
+  source: string,
+  f: {
+    sink: string;
+    position?: { cursor: number; reason: LagReason; pendingIds: number };
+    lostUpstream: number;
+  },
+): void {
+  const dropped = [
+    f.position
+      ? `its own position at event ${f.position.cursor} (${f.position.reason}` +
+        (f.position.pendingIds ? `, ${f.position.pendingIds} ids waiting to be seen again)` : ')')
+      : 'its record (it was on the shared stream)',
+    ...(f.lostUpstream ? [`its count of ${f.lostUpstream} events lost upstream`] : []),
+  ].join(' and ');
+  logger?.info(
+    { sink: f.sink, source, dropped: f },
+    `sink ${f.sink} is no longer configured: dropped ${dropped} on source ${source}`,
+  );
+}
+
 /** A replay that cannot be done as asked (the reason says why and what to do). */
 export class ReplayRefused extends FeedsyncError {
   constructor(message: string) {

@@ -4,7 +4,11 @@ import type { Change } from '../core/change.js';
 /** An empty list means "any"; a non-empty one must contain the value. */
 const ok = (list: string[], value: string): boolean => list.length === 0 || list.includes(value);
 
-export function passesFilter(filter: SinkFilter, change: Change): boolean {
+/** Takes a change, or what is known of one before its subject is fetched. */
+export function passesFilter(
+  filter: SinkFilter,
+  change: Pick<Change, 'source' | 'service' | 'event_type' | 'resource_type'>,
+): boolean {
   return (
     ok(filter.sources, change.source) &&
     ok(filter.services, change.service) &&

@@ -131,4 +131,46 @@ export const migrations: { version: number; name: string; sql: string }[] = [
         PRIMARY KEY (source, sink)
       );`,
   },
+  {
+    version: 7,
+    name: 'queue counts kept by triggers',
+    // What each sink has queued and dead-lettered, kept in the same statement as the rows it counts
+    // (so it cannot drift, whoever writes: the daemon, `dlq retry` from another process): a page
+    // commit's back-pressure check, a catch-up step, `status` and a metrics scrape read one row per
+    // sink instead of counting the backlog. A logged page counts whole until its row goes, as before.
+    // A dead letter buried again is an upsert (UPDATE), never a REPLACE: a REPLACE's implicit
+    // delete fires no trigger.
+    sql: `CREATE TABLE sink_counts (
+        sink    TEXT PRIMARY KEY,
+        queued  INTEGER NOT NULL DEFAULT 0,
+        dead    INTEGER NOT NULL DEFAULT 0
+      ) WITHOUT ROWID;
+      INSERT INTO sink_counts (sink)
+        SELECT sink FROM deliveries UNION SELECT sink FROM page_log UNION SELECT sink FROM dead_letters;
+      UPDATE sink_counts SET
+        queued = (SELECT COUNT(*) FROM deliveries d WHERE d.sink = sink_counts.sink)
+               + (SELECT IFNULL(SUM(n), 0) FROM page_log p WHERE p.sink = sink_counts.sink),
+        dead = (SELECT COUNT(*) FROM dead_letters x WHERE x.sink = sink_counts.sink);
+      CREATE TRIGGER count_delivery_in AFTER INSERT ON deliveries BEGIN
+        INSERT OR IGNORE INTO sink_counts (sink) VALUES (NEW.sink);
+        UPDATE sink_counts SET queued = queued + 1 WHERE sink = NEW.sink;
+      END;
+      CREATE TRIGGER count_delivery_out AFTER DELETE ON deliveries BEGIN
+        UPDATE sink_counts SET queued = queued - 1 WHERE sink = OLD.sink;
+      END;
+      CREATE TRIGGER count_page_in AFTER INSERT ON page_log BEGIN
+        INSERT OR IGNORE INTO sink_counts (sink) VALUES (NEW.sink);
+        UPDATE sink_counts SET queued = queued + NEW.n WHERE sink = NEW.sink;
+      END;
+      CREATE TRIGGER count_page_out AFTER DELETE ON page_log BEGIN
+        UPDATE sink_counts SET queued = queued - OLD.n WHERE sink = OLD.sink;
+      END;
+      CREATE TRIGGER count_dead_in AFTER INSERT ON dead_letters BEGIN
+        INSERT OR IGNORE INTO sink_counts (sink) VALUES (NEW.sink);
+        UPDATE sink_counts SET dead = dead + 1 WHERE sink = NEW.sink;
+      END;
+      CREATE TRIGGER count_dead_out AFTER DELETE ON dead_letters BEGIN
+        UPDATE sink_counts SET dead = dead - 1 WHERE sink = OLD.sink;
+      END;`,
+  },
 ];

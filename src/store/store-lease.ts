@@ -6,8 +6,9 @@
 // run. The lease is a row (owner, token, heartbeat); each claim raises the token.
 //
 // The fence is inside the write, not before it: on claiming, the owner's connection gets TEMP
-// triggers on every table the queue writes that abort the statement — and so its transaction —
-// unless the stored token is still its own. A process frozen past the TTL (SIGSTOP, a long GC
+// triggers on every table of the store — all but the few UNFENCED_TABLES, each with its reason, so a
+// table added later is fenced without anyone remembering to — that abort the statement (and so its
+// transaction) unless the stored token is still its own. A process frozen past the TTL (SIGSTOP, a long GC
 // pause, a throttled container) whose lease was taken meanwhile can therefore not write a single
 // row when it resumes, whatever it was doing. TEMP triggers belong to the connection that created
 // them, so other connections (status, dlq) are not fenced and need no token.
@@ -23,8 +24,15 @@ import type { Db } from './store.js';
 
 export const STORE_LEASE_TTL_MS = 15_000;
 
-/** The tables whose rows belong to the store's owner. */
-const FENCED_TABLES = ['deliveries', 'page_log', 'cursors', 'source_status', 'dead_letters'] as const;
+/**
+ * The only tables the owner's writes are not fenced on, and why. Every other table of the store is
+ * (see fencedTables): a write the fence forgot lets a process frozen past its lease commit it.
+ */
+export const UNFENCED_TABLES: Readonly<Record<string, string>> = {
+  store_lease: 'the lease itself: claims and renewals check the token in their own WHERE clause',
+  sink_counts:
+    'written only by the counting triggers of deliveries, page_log and dead_letters, after their own fence let the write through',
+};
 const OPERATIONS = ['INSERT', 'UPDATE', 'DELETE'] as const;
 export const LEASE_LOST_MESSAGE = 'feedsync: this process no longer owns the store (lease taken over)';
 
@@ -173,18 +181,34 @@ function readRow(db: Db): LeaseRow | undefined {
     LeaseRow | undefined;
 }
 
+/** Every table of the store but UNFENCED_TABLES and SQLite's own (sqlite_sequence moves with `deliveries`). */
+export function fencedTables(db: Db): string[] {
+  const tables = db
+    .prepare(
+      `SELECT name FROM main.sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'`,
+    )
+    .pluck()
+    .all() as string[];
+  return tables.filter((t) => !(t in UNFENCED_TABLES)).sort();
+}
+
 function installFence(db: Db, token: number): void {
   removeFence(db);
-  for (const table of FENCED_TABLES)
+  for (const table of fencedTables(db))
     for (const op of OPERATIONS)
       db.exec(
-        `CREATE TEMP TRIGGER fence_${table}_${op.toLowerCase()} BEFORE ${op} ON main.${table}
+        `CREATE TEMP TRIGGER "fence_${table}_${op.toLowerCase()}" BEFORE ${op} ON main."${table}"
          WHEN (SELECT token FROM main.store_lease WHERE id = 1) IS NOT ${Number(token)}
          BEGIN SELECT RAISE(ABORT, '${LEASE_LOST_MESSAGE}'); END`,
       );
 }
 
 function removeFence(db: Db): void {
-  for (const table of FENCED_TABLES)
-    for (const op of OPERATIONS) db.exec(`DROP TRIGGER IF EXISTS temp.fence_${table}_${op.toLowerCase()}`);
+  const triggers = db
+    .prepare(
+      `SELECT name FROM temp.sqlite_master WHERE type = 'trigger' AND name LIKE 'fence\\_%' ESCAPE '\\'`,
+    )
+    .pluck()
+    .all() as string[];
+  for (const name of triggers) db.exec(`DROP TRIGGER IF EXISTS temp."${name}"`);
 }

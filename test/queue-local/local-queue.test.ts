@@ -33,7 +33,7 @@ describe('local queue', () => {
       db.close();
     });
     const cursors = new CursorStore(db);
-    const backlog = new Backlog(db, ['s']);
+    const backlog = new Backlog(db);
     const producer = new LocalProducer(
       db,
       cursors,

@@ -1,5 +1,5 @@
 import type { Change } from '../../core/change.js';
-import { QUEUED_FOR_SINK } from './backlog.js';
+import { Backlog } from './backlog.js';
 import { FeedsyncError } from '../../core/errors.js';
 import type { Db } from '../../store/store.js';
 import type { DeadLetter, DeadLetterFilter, QueueAdmin, SinkJobCounts } from '../queue.js';
@@ -37,33 +37,31 @@ export class LocalAdmin implements QueueAdmin {
 
   async counts(): Promise<Record<string, SinkJobCounts>> {
     const now = Date.now();
-    // Totals come from the (sink, id) index alone; only the few rows with a retry time are read,
-    // through the partial index. A row has attempts > 0 only after a failure, which always sets
-    // available_at, so "failed" is counted among them exactly. `status` stays fast on a big backlog.
-    const total = this.db.prepare(QUEUED_FOR_SINK);
+    // Totals are the store's counts (one row per sink); only the few rows with a retry time are
+    // read, through the partial index. A row has attempts > 0 only after a failure, which always
+    // sets available_at, so "failed" is counted among them exactly. `status` and a scrape cost the
+    // same on any backlog.
+    const totals = new Backlog(this.db).counts();
     const retrying = this.db
       .prepare(
         `SELECT sink, SUM(available_at > ?) AS delayed, SUM(attempts > 0) AS failed
          FROM deliveries WHERE available_at > 0 GROUP BY sink`,
       )
       .all(now) as { sink: string; delayed: number; failed: number }[];
-    const dead = this.db.prepare('SELECT sink, COUNT(*) AS n FROM dead_letters GROUP BY sink').all() as {
-      sink: string;
-      n: number;
-    }[];
     const active = this.inFlight();
     const out: Record<string, SinkJobCounts> = {};
     for (const sink of this.sinkNames) {
       const r = retrying.find((x) => x.sink === sink);
       const delayed = r?.delayed ?? 0;
-      const ready = (total.get(sink, sink) as { n: number }).n - delayed;
+      const total = totals.get(sink);
+      const ready = (total?.queued ?? 0) - delayed;
       const a = active.get(sink) ?? 0;
       out[sink] = {
         waiting: Math.max(0, ready - a),
         active: a,
         delayed,
         failed: r?.failed ?? 0,
-        dead: dead.find((x) => x.sink === sink)?.n ?? 0,
+        dead: total?.dead ?? 0,
       };
     }
     return out;

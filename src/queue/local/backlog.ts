@@ -1,38 +1,33 @@
 import type { Db } from '../../store/store.js';
 
-/**
- * Changes queued for a sink (bind the sink name twice): its `deliveries` rows plus the sizes of its
- * logged pages, which count whole until their last change is delivered — a slight overcount, never
- * under. Served by the (sink, id) index and the small page_log table.
- */
-export const QUEUED_FOR_SINK = `SELECT (SELECT COUNT(*) FROM deliveries WHERE sink = ?) +
-  (SELECT IFNULL(SUM(n), 0) FROM page_log WHERE sink = ?) AS n`;
+/** One sink's counts as the store keeps them (migration 7): triggers move them with every row. */
+export interface SinkCounts {
+  /** Undelivered: its `deliveries` rows plus the sizes of its logged pages (whole until the last change is delivered). */
+  queued: number;
+  dead: number;
+}
 
 /**
- * Undelivered deliveries per sink, kept in memory so the pollers' back-pressure check costs
- * nothing, and re-counted now and then because the `dlq` command may add rows from outside.
+ * What each sink has queued and dead-lettered, read from `sink_counts`: one row per sink, whatever
+ * the backlog. The counts change in the statements that change the rows, so every reader (a page
+ * commit's back-pressure check inside its transaction, a catch-up step, `status`, a scrape) sees
+ * exactly what is stored, with nothing to re-count.
  */
 export class Backlog {
-  private readonly counts = new Map<string, number>();
-  private readonly countStmt;
+  private readonly one;
+  private readonly all;
 
-  constructor(
-    db: Db,
-    private readonly sinks: string[],
-  ) {
-    this.countStmt = db.prepare(QUEUED_FOR_SINK);
-    this.recount();
-  }
-
-  recount(): void {
-    for (const sink of this.sinks) this.counts.set(sink, (this.countStmt.get(sink, sink) as { n: number }).n);
-  }
-
-  add(sink: string, n: number): void {
-    this.counts.set(sink, (this.counts.get(sink) ?? 0) + n);
+  constructor(db: Db) {
+    this.one = db.prepare('SELECT queued FROM sink_counts WHERE sink = ?').pluck();
+    this.all = db.prepare('SELECT sink, queued, dead FROM sink_counts');
   }
 
   of(sink: string): number {
-    return this.counts.get(sink) ?? 0;
+    return (this.one.get(sink) as number | undefined) ?? 0;
+  }
+
+  counts(): Map<string, SinkCounts> {
+    const rows = this.all.all() as ({ sink: string } & SinkCounts)[];
+    return new Map(rows.map((r) => [r.sink, { queued: r.queued, dead: r.dead }]));
   }
 }

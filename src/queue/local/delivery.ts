@@ -7,7 +7,6 @@ import type { Db } from '../../store/store.js';
 import { decideAfterFailure } from '../delivery-policy.js';
 import { reportDelivered, reportFailed } from '../delivery-report.js';
 import type { DeliveryRunner, SinkRuntime } from '../queue.js';
-import type { Backlog } from './backlog.js';
 import type { Change } from '../../core/change.js';
 import type { QueuedSlices } from './producer.js';
 import type { LoggedPage, QueuedRow as Row } from './rows.js';
@@ -99,11 +98,13 @@ export class LocalDelivery implements DeliveryRunner {
     private readonly queue: QueueConfig,
     private readonly events: PipelineEvents,
     private readonly logger: Logger,
-    private readonly backlog: Backlog,
     private readonly ownership: StoreOwnership,
   ) {
     this.bury = db.prepare(
-      'INSERT OR REPLACE INTO dead_letters (sink, key, body, attempts, error, failed_at) VALUES (?, ?, ?, ?, ?, ?)',
+      // An upsert, not a REPLACE: a REPLACE's implicit delete would fire no counting trigger.
+      `INSERT INTO dead_letters (sink, key, body, attempts, error, failed_at) VALUES (?, ?, ?, ?, ?, ?)
+       ON CONFLICT (sink, key) DO UPDATE SET body = excluded.body, attempts = excluded.attempts,
+         error = excluded.error, failed_at = excluded.failed_at`,
     );
     this.retry = db.prepare(
       'UPDATE deliveries SET attempts = ?, available_at = ?, last_error = ? WHERE id = ?',
@@ -457,7 +458,6 @@ export class LocalDelivery implements DeliveryRunner {
     // If the store cannot take the acknowledgement (disk full), the rows stay queued and are
     // delivered again later: the sinks drop the duplicate by key.
     if (!(await this.record(runtime, rows, () => this.acknowledge(lane, rows)))) return true;
-    this.backlog.add(runtime.name, -rows.length);
     reportDelivered(this.events, runtime.name, changes, (performance.now() - started) / 1000);
     return false;
   }
@@ -538,7 +538,6 @@ export class LocalDelivery implements DeliveryRunner {
     const message = errorMessage(err);
     const now = Date.now();
     const report = { events: this.events, logger: this.logger, sink: runtime.name };
-    let dead = 0;
     const decisions = rows.map((row) => decideAfterFailure(err, row.attempts, this.queue));
     // The outcome is recorded on `deliveries` rows: the lane's logged pages become such rows first.
     const lane = this.lanes.get(runtime.name)!;
@@ -549,12 +548,10 @@ export class LocalDelivery implements DeliveryRunner {
         if (decision.outcome === 'dead') {
           this.bury.run(runtime.name, row.key, row.body, decision.attempts, message, now);
           this.ackList.run(JSON.stringify([row.id]));
-          dead++;
         } else this.retry.run(decision.attempts, now + decision.delayMs, message, row.id);
       });
     })();
     rows.forEach((row, i) => reportFailed(report, row.key, decisions[i]!, err, durationSeconds));
-    this.backlog.add(runtime.name, -dead);
   }
 }
 

@@ -11,10 +11,9 @@ import { LocalAdmin } from './admin.js';
 import { Backlog } from './backlog.js';
 import { LocalDelivery } from './delivery.js';
 import { LocalProducer } from './producer.js';
-import { producerSinks, reportParked } from '../sink-positions.js';
+import { producerSinks, reportForgotten, reportParked } from '../sink-positions.js';
 import { localPositionsAdmin } from './positions-admin.js';
 
-const RECOUNT_MS = 10_000;
 const RUN_BUSY_TIMEOUT_MS = 100;
 
 export const createLocalDriver: DriverFactory = async ({ config, mode, sinks, events, logger }) => {
@@ -36,32 +35,28 @@ export const createLocalDriver: DriverFactory = async ({ config, mode, sinks, ev
     leases: storeLeases(ownership, db, cursors, config.queue.lease_ttl_ms),
     checks: { store: () => db.open },
     close: async () => {
-      clearInterval(recount);
       ownership.release();
       if (db.open) db.close();
     },
   };
-  let recount: NodeJS.Timeout | undefined;
   if (mode === 'run') {
-    const backlog = new Backlog(db, names);
-    const delivery = new LocalDelivery(db, sinks, config.queue, events, logger, backlog, ownership);
+    const delivery = new LocalDelivery(db, sinks, config.queue, events, logger, ownership);
     parts.producer = new LocalProducer(
       db,
       cursors,
       producerSinks(config),
       positions,
-      backlog,
+      new Backlog(db),
       (slices) => delivery.queued(slices),
       (sink, changes) => delivery.takes(sink, changes),
       (source, sink) => reportParked(events, logger, source, sink),
+      (source, forgotten) => reportForgotten(logger, source, forgotten),
     );
     parts.delivery = delivery;
     // A standby (another `run` owns the store) is not doing its job: /readyz says so.
     parts.checks.store_owner = () => ownership.valid();
     parts.fatal = ownership.lost;
     parts.admin = new LocalAdmin(db, names, () => delivery.inFlightCounts());
-    recount = setInterval(() => backlog.recount(), RECOUNT_MS);
-    recount.unref();
   }
   return parts;
 };

@@ -7,6 +7,14 @@ import type { Db } from '../../store/store.js';
 import type { CatchUpCommit, FeedPosition, LaggingSink, LostUpstream } from '../queue.js';
 import { CatchUpRefused, LOST_IDS_KEPT, MAX_PENDING_IDS, type LagReason } from '../sink-positions.js';
 
+/** What a source kept for a sink that is no longer configured, dropped at start-up. */
+export interface ForgottenSink {
+  sink: string;
+  /** Its own position, when it was off the shared stream. */
+  position?: { cursor: number; reason: LagReason; pendingIds: number };
+  lostUpstream: number;
+}
+
 type Row = {
   source: string;
   sink: string;
@@ -37,6 +45,8 @@ export class LaggingSinkRows {
   private readonly lostStmt;
   private readonly rewindStmt;
   private readonly lostListStmt;
+  private readonly keptSinksStmt;
+  private readonly forgetStmts;
 
   constructor(db: Db) {
     this.listStmt = db.prepare('SELECT * FROM lagging_sinks WHERE source = ?');
@@ -79,6 +89,33 @@ export class LaggingSinkRows {
     this.knownStmt = db.prepare(
       'INSERT OR IGNORE INTO known_sinks (source, sink, generation) VALUES (?, ?, 0)',
     );
+    this.keptSinksStmt = db
+      .prepare(
+        'SELECT sink FROM known_sinks WHERE source = ? UNION SELECT sink FROM lagging_sinks WHERE source = ?',
+      )
+      .pluck();
+    this.forgetStmts = ['lagging_sinks', 'parked_ids', 'known_sinks'].map((table) =>
+      db.prepare(`DELETE FROM ${table} WHERE source = ? AND sink = ?`),
+    );
+  }
+
+  /**
+   * Drops the positions, parked ids, generation and lost-upstream record that `source` keeps for
+   * sinks not in `configured`: a removed sink's catch-up would read the feed for nobody, and its
+   * rows would show in `status` for ever. A sink added again later under that name is new.
+   */
+  forget(source: string, configured: string[]): ForgottenSink[] {
+    const gone = (this.keptSinksStmt.all(source, source) as string[]).filter((s) => !configured.includes(s));
+    return gone.map((sink) => {
+      const lag = this.get(source, sink);
+      const lost = this.lost().find((l) => l.source === source && l.sink === sink)?.count ?? 0;
+      for (const stmt of this.forgetStmts) stmt.run(source, sink);
+      return {
+        sink,
+        ...(lag ? { position: { cursor: lag.cursor, reason: lag.reason, pendingIds: lag.pendingIds } } : {}),
+        lostUpstream: lost,
+      };
+    });
   }
 
   /** The sinks of `source` off its shared stream (no backlog figure: the caller adds it). */

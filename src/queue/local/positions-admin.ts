@@ -4,12 +4,12 @@ import type { CursorStore } from '../../store/cursors.js';
 import type { Db } from '../../store/store.js';
 import type { ReplayRequest, SinkPositionsAdmin } from '../queue.js';
 import { replayRefusal, ReplayRefused, type ProducerSink } from '../sink-positions.js';
-import { QUEUED_FOR_SINK } from './backlog.js';
+import { Backlog } from './backlog.js';
 import { LaggingSinkRows } from './lagging-sinks.js';
 
 export function localPositionsAdmin(db: Db, cursors: CursorStore, sinks: ProducerSink[]): SinkPositionsAdmin {
   const rows = new LaggingSinkRows(db);
-  const queued = db.prepare(QUEUED_FOR_SINK);
+  const backlog = new Backlog(db);
   const replay = db.transaction((req: ReplayRequest) => {
     const lag = rows.get(req.source, req.sink);
     const cursor = cursors.get(req.source)?.eventId;
@@ -23,7 +23,7 @@ export function localPositionsAdmin(db: Db, cursors: CursorStore, sinks: Produce
     async lagging() {
       return rows.list().map((l) => ({
         ...l,
-        backlog: (queued.get(l.sink, l.sink) as { n: number }).n,
+        backlog: backlog.of(l.sink),
         bound: sinks.find((s) => s.name === l.sink)?.maxBacklog ?? Number.MAX_SAFE_INTEGER,
       }));
     },

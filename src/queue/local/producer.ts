@@ -13,7 +13,7 @@ import type {
   SinkPositionsAdmin,
 } from '../queue.js';
 import type { Backlog } from './backlog.js';
-import { LaggingSinkRows } from './lagging-sinks.js';
+import { LaggingSinkRows, type ForgottenSink } from './lagging-sinks.js';
 import type { ProducerSink } from '../sink-positions.js';
 import type { LoggedPage, QueuedRow } from './rows.js';
 
@@ -57,6 +57,7 @@ export class LocalProducer implements ChangeQueue {
     private readonly onQueued: (slices: QueuedSlices) => void,
     private readonly takes: TakesPage = () => undefined,
     private readonly onParked: (source: string, sink: string) => void = () => undefined,
+    private readonly onForgotten: (source: string, forgotten: ForgottenSink) => void = () => undefined,
   ) {
     this.insert = db.prepare(
       `INSERT OR IGNORE INTO deliveries (sink, key, subject_key, body) VALUES (?, ?, ?, ?)`,
@@ -108,6 +109,10 @@ export class LocalProducer implements ChangeQueue {
       return { slices, lost };
     });
     this.registerTx = db.transaction((source: string, service: string, at: FeedPosition | undefined) => {
+      const forgotten = this.lagging.forget(
+        source,
+        this.sinks.map((s) => s.name),
+      );
       const added = this.lagging.register(
         source,
         this.sinks.filter((s) => wantsSource(s.filter, source, service)).map((s) => s.name),
@@ -121,7 +126,7 @@ export class LocalProducer implements ChangeQueue {
         this.lagging.leave(source, name, { cursor: start, seenAbove: [] }, 'backfill', 0);
         backfilled.push(name);
       }
-      return backfilled;
+      return { backfilled, forgotten };
     });
   }
 
@@ -172,20 +177,18 @@ export class LocalProducer implements ChangeQueue {
   }
 
   async laggingSinks(source: string): Promise<LaggingSink[]> {
-    // Backlogs counted now, not the in-memory figures: a catch-up waits for the sink to have drained.
     return (await this.positions.lagging()).filter((l) => l.source === source);
   }
 
   async registerSinks(source: string, service: string, at: FeedPosition | undefined): Promise<string[]> {
-    return this.registerTx.immediate(source, service, at);
+    const { backfilled, forgotten } = this.registerTx.immediate(source, service, at);
+    for (const f of forgotten) this.onForgotten(source, f);
+    return backfilled;
   }
 
   private handOver(slices: QueuedSlices): Record<string, number> {
     const counts: Record<string, number> = {};
-    for (const [sink, rows] of slices) {
-      counts[sink] = rows.length;
-      this.backlog.add(sink, rows.length);
-    }
+    for (const [sink, rows] of slices) counts[sink] = rows.length;
     this.onQueued(slices);
     return counts;
   }
