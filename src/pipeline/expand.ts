@@ -31,7 +31,7 @@ export interface ExpandOptions {
    * Called each time a subject fetch failed again after the client's own attempts: the page waits
    * for it (it is retried on its own, the page is not refetched), but the poll is failing meanwhile.
    */
-  onStalled?: (err: unknown) => void;
+  onStalled?: (err: SubjectUnavailableError, retryInMs: number) => void;
   /** The page's share of the source's max_page_bytes: each fetch reserves maxBodyBytes of it first. */
   claim: PageClaim;
   maxBodyBytes: number;
@@ -238,17 +238,17 @@ async function fetchSubject(
         );
       }
       if (err instanceof FeedsyncError && !err.retryable) throw new SubjectUnavailableError(event, err);
-      opts.onStalled?.(
-        new SubjectUnavailableError(
-          event,
-          err instanceof FeedsyncError ? err : new FeedsyncError(errorMessage(err), true),
-        ),
+      const stalled = new SubjectUnavailableError(
+        event,
+        err instanceof FeedsyncError ? err : new FeedsyncError(errorMessage(err), true),
       );
       const delay = backoffDelay(attempt, opts.retry.baseMs, opts.retry.maxMs);
-      opts.logger.warn(
-        { url: cut(url), attempt: attempt + 1, err: errorMessage(err) },
-        'subject fetch failed; retrying',
-      );
+      if (opts.onStalled) opts.onStalled(stalled, delay);
+      else
+        opts.logger.warn(
+          { url: cut(url), attempt: attempt + 1, err: errorMessage(err) },
+          'subject fetch failed; retrying',
+        );
       if (!(await sleep(delay, opts.signal))) throw new ExpansionAborted('shutting down');
     }
   }

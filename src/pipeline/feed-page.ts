@@ -142,7 +142,7 @@ export function distinctEvents(
     if (!sameEvent(first, e)) {
       throw new FeedsyncError(
         `feed page ${url} lists event ${e.id} twice with different contents ` +
-          `(${cut(first.event_type)} at ${first.timestamp}, then ${cut(e.event_type)} at ${e.timestamp}); ` +
+          `(${quote(first.event_type)} at ${first.timestamp}, then ${quote(e.event_type)} at ${e.timestamp}); ` +
           'one of them would be lost, so the page is refused and the cursor stays: report it to the service operators',
         true,
       );

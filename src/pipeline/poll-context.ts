@@ -80,7 +80,7 @@ export function expand(
     // A subject that keeps failing is retried on its own, without refetching the page (CONTRACT
     // §6); each failed round still counts as a failed poll, so metrics and /readyz see a source
     // that is stuck on it.
-    onStalled: (error) =>
+    onStalled: (error, retryInMs) => {
       deps.events.emit('poll:finished', {
         source: deps.source.name,
         ok: false,
@@ -88,7 +88,16 @@ export function expand(
         pageSize: 0,
         behind: false,
         error,
-      }),
+      });
+      deps.logger.error(
+        {
+          err: error.message,
+          retry_in_ms: Math.round(retryInMs),
+          retrying: 'the subject alone; the page is kept',
+        },
+        'poll failed; cursor not moved',
+      );
+    },
     claim,
     maxBodyBytes: deps.source.max_body_bytes,
     // A fetch's first share: all subject_concurrency slots busy take half the budget, leaving the

@@ -247,19 +247,22 @@ it.each(failingSubjects)(
         'a failed poll',
       );
       expect(String(failure.err)).toMatch(message);
-      const ready = await run.waitForReadyz(503, 30_000);
+      // The subject is retried on its own, with backoff, without refetching the page (CONTRACT
+      // §6): each failed round is a failed poll.
+      const ready = await run.waitForReadyz(503, 60_000);
       expect(ready.body.reasons?.join(' ')).toContain('source "workflow" failed its last');
       expect
         .soft(await metricOr(run, 'feedsync_polls_total', { outcome: 'error' }))
         .toBeGreaterThanOrEqual(5);
       expect(run.changes(), 'nothing of the page delivered').toEqual([]);
       upstream.heal();
-      changes = await run.waitForIds(healed.ids(), 30_000);
+      changes = await run.waitForIds(healed.ids(), 60_000);
     } finally {
       expectHealthy(run, await run.finish(), { foreign: [foreign] });
     }
     expectDeliveredOnce(changes, healed, run.source);
   },
+  180_000,
 );
 
 /**
