@@ -1,4 +1,4 @@
-import { cut, quote } from '../core/bounded-text.js';
+import { quote } from '../core/bounded-text.js';
 import { DecodeError, FeedsyncError, UpstreamRefusedError } from '../core/errors.js';
 import { isNormalizedCollection, type Json, type Representation, type Resource } from '../core/resource.js';
 import { normalizeDateTime } from '../upstream/datetime.js';
