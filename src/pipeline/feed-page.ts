@@ -90,9 +90,9 @@ function readEvent(entry: Json, index: number, url: string, now: number): FeedEv
  */
 function eventId(value: Json | undefined, fail: (what: string) => never): number {
   if (value === undefined || value === null) return fail('event has no id');
-  if (typeof value !== 'number') return fail(`event id ${quote(value)} is not a number`);
-  if (!Number.isInteger(value)) return fail(`event id ${quote(value)} is not an integer`);
-  if (value < 0) return fail(`event id ${quote(value)} is negative`);
+  if (typeof value !== 'number') return fail(`event id is not a number: ${quote(value)}`);
+  if (!Number.isInteger(value)) return fail(`event id is not an integer: ${quote(value)}`);
+  if (value < 0) return fail(`event id is negative: ${quote(value)}`);
   if (!Number.isSafeInteger(value))
     return fail(
       `event id ${quote(value)} is above 2^53−1 (${Number.MAX_SAFE_INTEGER}), the largest id feedsync ` +

@@ -2,6 +2,7 @@
 // preserveOrder mode without trimming or value parsing, so every string reaches us exactly as
 // sent (whitespace included) and only the `type` attribute decides what becomes a number,
 // boolean, null or datetime.
+import { cut } from '../core/bounded-text.js';
 import { XMLParser, XMLValidator, type X2jOptions } from 'fast-xml-parser';
 import type { Json, NormalizedCollection, Representation, Resource } from '../core/resource.js';
 import { normalizeDateTime } from './datetime.js';
@@ -75,7 +76,7 @@ export function decodeXml(body: string, linkRel: LinkRelMapper = identity): Repr
   if (valid !== true) {
     const { msg, line, col } = valid.err;
     throw new XmlShapeError(
-      `malformed XML: ${clip(msg, MESSAGE_CHARS)}${line ? ` (line ${line}${col ? `, column ${col}` : ''})` : ''}`,
+      `malformed XML: ${cut(msg, MESSAGE_CHARS)}${line ? ` (line ${line}${col ? `, column ${col}` : ''})` : ''}`,
     );
   }
   const nodes = parser.parse(body) as XNode[];
@@ -113,7 +114,7 @@ function fieldName(tag: string): string {
 
 /** An element's name for a message: upstream text, cut. */
 function named(tag: string): string {
-  return `<${clip(tag)}>`;
+  return `<${cut(tag, 40)}>`;
 }
 
 /** Child elements of an element that holds structure; non-blank text there is an error. */
@@ -303,7 +304,7 @@ function isDecimal(s: string): boolean {
 
 /** Upstream text for a message: cut, and quoted so that nothing in it passes for our own words. */
 function quoted(s: string): string {
-  return s.length > 40 ? `${JSON.stringify(s.slice(0, 40))}… (${s.length} characters)` : JSON.stringify(s);
+  return JSON.stringify(cut(s, 40));
 }
 
 /**
@@ -312,11 +313,7 @@ function quoted(s: string): string {
  */
 export const MESSAGE_CHARS = 200;
 
-function clip(s: string, max = 40): string {
-  return s.length > max ? `${s.slice(0, max)}…` : s;
-}
-
 /** A message of the parser's, cut (see MESSAGE_CHARS). */
 export function parserMessage(err: unknown): string {
-  return clip(err instanceof Error ? err.message : String(err), MESSAGE_CHARS);
+  return cut(err instanceof Error ? err.message : String(err), MESSAGE_CHARS);
 }

@@ -147,7 +147,7 @@ it('an event id of 256 KiB of text: the page refused with the id cut, retried wi
     hostile: jsonPageWith(feed, 203, (e) => {
       e.id = dashes;
     }),
-    about: pollFailure(/event id is missing or not an integer/),
+    about: pollFailure(/event id is not a number: "a-a-/),
     field: 'err',
   });
 });
