@@ -96,7 +96,7 @@ it('a run with faults, wrong credentials and a failing webhook leaks no secret a
   expect((await run.stop()).code).toBe(0);
   collected.push({ what: 'run', text: run.text() });
 
-  // A wrong Redis password: the daemon refuses to start (exit 1, naming the problem) and `status`
+  // A wrong Redis password: the daemon stays up and not ready, naming the problem, and `status`
   // fails; neither may show the password it was given.
   const bad = config(SECRETS.wrongRedisPassword, 'bad');
   const badRun = spawnCli(['run'], { config: bad });
@@ -104,7 +104,8 @@ it('a run with faults, wrong credentials and a failing webhook leaks no secret a
     runCli(['--config', bad, 'status']),
     badRun.waitForLine(/WRONGPASS/, 15_000, 'the Redis authentication error'),
   ]);
-  expect(await badRun.waitForExit(10_000)).toMatchObject({ code: 1 });
+  // The daemon stays up, not ready, retrying (Redis trouble at start-up is a state); SIGTERM ends it.
+  expect(await badRun.stop()).toMatchObject({ code: 0 });
   collected.push({ what: 'run with a wrong Redis password', text: badRun.text() });
   expect(badStatus.code).toBe(1);
   collected.push({ what: 'status with a wrong Redis password', text: badStatus.stdout + badStatus.stderr });
