@@ -67,3 +67,20 @@ function openAuthorityStart(text: string, end: number): number | undefined {
   // text[i, end) is the run of authority characters the cut falls in; it must follow "://".
   return i >= 3 && text.startsWith('://', i - 3) ? i : undefined;
 }
+
+/** What JavaScript's `\s` matches, for the scanners that read upstream text without a pattern. */
+export function isSpace(c: number): boolean {
+  return (
+    (c >= 0x09 && c <= 0x0d) ||
+    c === 0x20 ||
+    c === 0xa0 ||
+    c === 0x1680 ||
+    (c >= 0x2000 && c <= 0x200a) ||
+    c === 0x2028 ||
+    c === 0x2029 ||
+    c === 0x202f ||
+    c === 0x205f ||
+    c === 0x3000 ||
+    c === 0xfeff
+  );
+}

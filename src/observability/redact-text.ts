@@ -6,6 +6,7 @@
 // scan (or a regular expression of plain literals): its cost grows with the length of the text,
 // never with its square, whatever the text is made of.
 
+import { isSpace } from '../core/bounded-text.js';
 export const REDACTED = '<redacted>';
 
 /**
@@ -128,23 +129,6 @@ const AT = 0x40;
 const QUESTION = 0x3f;
 const AMPERSAND = 0x26;
 const EQUALS = 0x3d;
-
-/** JavaScript's `\s`. */
-function isSpace(c: number): boolean {
-  return (
-    (c >= 0x09 && c <= 0x0d) ||
-    c === 0x20 ||
-    c === 0xa0 ||
-    c === 0x1680 ||
-    (c >= 0x2000 && c <= 0x200a) ||
-    c === 0x2028 ||
-    c === 0x2029 ||
-    c === 0x202f ||
-    c === 0x205f ||
-    c === 0x3000 ||
-    c === 0xfeff
-  );
-}
 
 /** `[\s/?#@"'\\<>]` */
 function endsUserinfo(c: number): boolean {

@@ -6,6 +6,7 @@
 // the string with charCodeAt, jumping over quoted text and XML text with indexOf; nothing is
 // copied. decode.ts turns a refusal into an UpstreamRefusedError naming the URL and the limit.
 
+import { isSpace } from '../core/bounded-text.js';
 /**
  * Deepest nesting accepted, JSON objects and arrays alike (the top-level object is level 1), and
  * XML elements (the root is level 1); fast-xml-parser's own guard (maxNestedTags, 100 by default)
@@ -310,23 +311,6 @@ function attributesOf(text: string, i: number, end: number, q: Quotes, equals: F
       k = eq + 1;
     }
   }
-}
-
-/** What JavaScript's `\s` matches: the parser splits tag names and attributes with it. */
-function isSpace(c: number): boolean {
-  return (
-    c === 0x20 ||
-    (c >= 0x09 && c <= 0x0d) ||
-    c === 0xa0 ||
-    c === 0x1680 ||
-    (c >= 0x2000 && c <= 0x200a) ||
-    c === 0x2028 ||
-    c === 0x2029 ||
-    c === 0x202f ||
-    c === 0x205f ||
-    c === 0x3000 ||
-    c === 0xfeff
-  );
 }
 
 /** XML's own whitespace (S). */

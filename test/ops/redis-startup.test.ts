@@ -11,7 +11,7 @@ import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { rawConfig, readJsonl, tempDir, waitFor } from '../support/harness.js';
 import { freePort } from '../support/redis.js';
 import { MASTER_NAME, startSentinelSet, type SentinelSet } from '../support/redis-sentinel.js';
-import { spawnCli, writeConfig, type CliProcess } from './support/cli.js';
+import { killAllCli, spawnCli, writeConfig, type CliProcess } from './support/cli.js';
 
 const SENTINEL_PASSWORD = 'sentinel-pw-Q7c2';
 let sandbox: Sandbox;
@@ -27,6 +27,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  await killAllCli();
   for (const c of children) c.kill('SIGKILL');
   await Promise.all([sandbox?.close(), sentinels?.stop()]);
 });
