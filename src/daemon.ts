@@ -3,7 +3,7 @@
 import type { Logger } from 'pino';
 import { backoffDelay, sleep } from './backoff.js';
 import type { FeedsyncConfig } from './config/types.js';
-import { errorMessage } from './core/errors.js';
+import { ConfigError, errorMessage } from './core/errors.js';
 import { PipelineEvents } from './core/events.js';
 import { createLiveness, createReadiness, type ReadinessCheck } from './observability/health.js';
 import { createMetrics } from './observability/metrics.js';
@@ -215,7 +215,8 @@ async function openDriverPatiently(
           .catch(() => undefined);
         throw new StartAborted('stopped before the queue opened');
       }
-      if (ctx.config.queue.driver !== 'bullmq') throw err;
+      // A setting that is wrong in itself (a ca_file holding no certificate) is not fixed by waiting.
+      if (ctx.config.queue.driver !== 'bullmq' || err instanceof ConfigError) throw err;
       const retryInMs = Math.max(1000, backoffDelay(attempt, 2000, 30_000));
       const problem = errorMessage(err);
       report(`the queue is not open: ${problem}`);

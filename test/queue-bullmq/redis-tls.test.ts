@@ -2,6 +2,9 @@
 // CA made by openssl: a `run` drains the sandbox through rediss:// (every connection, BullMQ's
 // blocking duplicates included, must speak TLS to that port), and each way TLS or AUTH can be
 // refused fails start-up at once with its own cause, never a reconnect loop or "max retries".
+import { pino } from 'pino';
+import { PipelineEvents } from '../../src/core/events.js';
+import { openQueueDriver } from '../../src/queue/drivers.js';
 import { rmSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError } from '../../src/core/errors.js';
@@ -57,12 +60,22 @@ async function start(config: Record<string, unknown>, mode: 'run' | 'poll' | 'wo
   return startTestDaemon(config, pki.dir, mode);
 }
 
-/** Start-up must fail at once: the error, and how long it took. */
+/**
+ * Opening the queue must fail at once: the error, and how long it took. (The daemon around it stays
+ * up, not ready, and tries again: test/ops/redis-startup.test.ts.)
+ */
 async function startupFailure(config: Record<string, unknown>): Promise<{ message: string; ms: number }> {
   const started = Date.now();
   try {
-    const { daemon } = await start(config);
-    await daemon.stop();
+    const valid = validateConfig(config, { dir: pki.dir });
+    const driver = await openQueueDriver({
+      config: valid,
+      mode: 'poll',
+      sinks: [],
+      events: new PipelineEvents(),
+      logger: pino({ level: 'silent' }),
+    });
+    await driver.close();
   } catch (err) {
     return { message: (err as Error).message, ms: Date.now() - started };
   }
