@@ -24,6 +24,21 @@ export function backoffDelay(
 }
 
 /**
+ * "Equal jitter": random in [ceiling/2, ceiling] of the same ceiling as backoffDelay. For loops that
+ * promise to slow down (a source refused by its credentials, or stopped on a subject), where full
+ * jitter's run of short draws would read as a busy loop.
+ */
+export function surelyGrowingDelay(
+  attempt: number,
+  baseMs: number,
+  maxMs: number,
+  random: () => number = Math.random,
+): number {
+  const ceiling = backoffDelay(attempt, baseMs, maxMs, () => 1);
+  return Math.floor(ceiling / 2 + backoffDelay(attempt, baseMs, maxMs, random) / 2);
+}
+
+/**
  * Sleep that returns early when the signal aborts: resolves true after `ms`, false if aborted
  * (before or during the wait). Never rejects, so callers can write `if (!(await sleep(...))) return`.
  */

@@ -1,4 +1,4 @@
-import { backoffDelay, sleep } from '../backoff.js';
+import { backoffDelay, sleep, surelyGrowingDelay } from '../backoff.js';
 import { cut } from '../core/bounded-text.js';
 import { errorMessage, UndecodableSubjectError, UpstreamAuthError } from '../core/errors.js';
 import type { PollOutcome } from '../queue/driver.js';
@@ -113,7 +113,7 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
         err instanceof UpstreamAuthError || err instanceof UndecodableSubjectError
           ? Math.max(
               source.poll_interval_ms,
-              backoffDelay(failures, source.poll_interval_ms, AUTH_RETRY_MAX_MS),
+              surelyGrowingDelay(failures, source.poll_interval_ms, AUTH_RETRY_MAX_MS),
             )
           : Math.max(
               200,

@@ -1,6 +1,25 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { backoffDelay, parseRetryAfter, sleep } from '../../src/backoff.js';
+import { backoffDelay, parseRetryAfter, sleep, surelyGrowingDelay } from '../../src/backoff.js';
+
+describe('surelyGrowingDelay', () => {
+  it('lies in [ceiling/2, ceiling], so every retry waits at least half the ceiling (property)', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 60 }),
+        fc.integer({ min: 1, max: 10_000 }),
+        fc.integer({ min: 1, max: 1_000_000 }),
+        fc.double({ min: 0, max: 1, noNaN: true }),
+        (attempt, base, max, r) => {
+          const d = surelyGrowingDelay(attempt, base, max, () => r);
+          const ceiling = Math.min(max, base * 2 ** attempt);
+          return Number.isInteger(d) && d >= Math.floor(ceiling / 2) && d <= ceiling;
+        },
+      ),
+    );
+    expect(surelyGrowingDelay(3, 100, 60_000, () => 0)).toBe(400);
+  });
+});
 
 describe('backoffDelay', () => {
   it('spans [0, base * 2^attempt] with full jitter', () => {

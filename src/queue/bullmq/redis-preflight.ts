@@ -5,7 +5,7 @@ import { Redis } from 'ioredis';
 import { connect as netConnect, type Socket } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import type { Logger } from 'pino';
-import { FeedsyncError, errorMessage } from '../../core/errors.js';
+import { ConfigError, FeedsyncError, errorMessage } from '../../core/errors.js';
 import { classifyRedisError, redisErrorHint } from './redis-errors.js';
 import { multiHostKind, parseMultiHostUrl } from './redis-multi-host.js';
 import {
@@ -417,7 +417,7 @@ export async function assertRedisPersists(
     found = await readRedisPersistence(target, logger);
   } catch (err) {
     // Not knowing is not good enough: starting would read and write cursors on a Redis that may
-    // forget them. The process exits; its supervisor restarts it once Redis answers.
+    // forget them. The daemon retries the open (openDriverPatiently) until Redis answers.
     throw new FeedsyncError(
       `cannot check that Redis at ${describeTarget(target)} persists its data: ${errorMessage(err)}`,
       true,
@@ -461,13 +461,15 @@ export async function assertRedisPersists(
     );
     return;
   }
-  throw new FeedsyncError(
+  // A ConfigError, so the start fails rather than waits: the choice (persistence, replicas, or
+  // accepting the loss) is the operator's, and a crash loop naming it is the visible place for it.
+  throw new ConfigError(
+    '',
     `Redis at ${describeTarget(target)} does not persist its data (${found.detail}` +
       (replicas ? `; ${replicas.detail}, queue.min_replicas_acked ${minReplicasAcked}` : '') +
       '); feedsync poll keeps its cursors there. Turn on AOF (appendonly yes) or RDB snapshots (save), ' +
       (minReplicasAcked > 0 ? 'attach the replicas queue.min_replicas_acked asks for, ' : '') +
       'or set queue.allow_volatile_redis: true to accept losing them when Redis restarts',
-    false,
   );
 }
 
