@@ -85,6 +85,10 @@ export async function deliverSlice(
     }
     await deliverOne(ctx, job, at, changes[at.done]!);
   }
+  // The job completes only after its last progress write landed: a write ioredis had to send
+  // again (NOSCRIPT: Redis lost its scripts) would otherwise arrive after the job's lock is gone,
+  // be refused, and leave the sink's backlog counting changes already delivered.
+  await at.saving;
 }
 
 /** true when the sink took the whole batch; false when it failed (no attempt is counted for it). */
