@@ -40,7 +40,7 @@ import {
 import { createOutboxForwarder, outboxEntry } from './outbox.js';
 import { nodeForKey, unwatchKey } from './redis.js';
 import { awaitReplicas } from './replication.js';
-import { defineScripts, luaScript, queueScript, reloadIfFlushed } from './scripts.js';
+import { defineScripts, luaScript, queueScript, reconnectIfFlushed } from './scripts.js';
 import { SliceJob, type ChangeSlice } from './slice.js';
 import { cursorFields, parseSeen } from './source-state.js';
 
@@ -465,9 +465,9 @@ export function createPageCommitter(opts: {
       }
       // A script flushed from this server (SCRIPT FLUSH on a live socket): the cursor script did
       // not run, so nothing moved but the adds that got in (no-ops when the page is read again).
-      if (await reloadIfFlushed(client, node, results))
+      if (await reconnectIfFlushed(client, results))
         throw new FeedsyncError(
-          `redis lost its scripts during the commit of ${plan.source} (reloaded); retrying the page`,
+          `redis lost its scripts during the commit of ${plan.source} (reconnecting); retrying the page`,
           true,
         );
       const failed = results.find(([err]) => err);

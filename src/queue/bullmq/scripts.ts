@@ -4,10 +4,11 @@
 // ioredis itself.
 //
 // Inside MULTI that fallback cannot work: the EVALSHA is queued, its NOSCRIPT comes back in EXEC's
-// reply, and ioredis goes on sending the SHA on that socket. `reloadIfFlushed` is the remedy for a
-// transaction: when EXEC reports NOSCRIPT it loads every script the connection defines (BullMQ's
-// own among them) and the caller fails the transaction as retryable; the next try runs by SHA
-// again. Every transaction using it must be safe to retry (page-commit.ts: fenced and idempotent).
+// reply, and ioredis goes on sending the SHA on that socket. `reconnectIfFlushed` is the remedy for
+// a transaction: when EXEC reports NOSCRIPT it has the connection reconnect (a new socket sends each
+// script's text once again: BullMQ's own as well as ours; `SCRIPT LOAD` would need a permission the
+// documented ACL user does not have) and the caller fails the transaction as retryable. Every
+// transaction using it must be safe to retry (page-commit.ts: fenced and idempotent).
 import type { ChainableCommander, Redis } from 'ioredis';
 
 export interface LuaScript {
@@ -53,17 +54,26 @@ export function isNoScript(err: unknown): boolean {
   return err instanceof Error && err.message.includes('NOSCRIPT');
 }
 
+/** How long a reconnect after NOSCRIPT is waited for before the caller's retry takes over. */
+const RECONNECT_WAIT_MS = 2_000;
+
 /**
- * After an EXEC on `node` (the server that ran it): when a command of it failed with NOSCRIPT, loads
- * every script `client` defines onto `node` and returns true (the caller retries the transaction).
+ * After an EXEC on `connection`: when a command of it failed with NOSCRIPT, reconnects `connection`
+ * (waiting a little for it to be ready again) and returns true: the caller fails the transaction as
+ * retryable.
  */
-export async function reloadIfFlushed(
-  client: Redis,
-  node: Redis,
+export async function reconnectIfFlushed(
+  connection: Redis,
   results: readonly [Error | null, unknown][],
 ): Promise<boolean> {
   if (!results.some(([err]) => isNoScript(err))) return false;
-  const scripts = Object.values((client as unknown as WithScripts).scriptsSet);
-  await Promise.all(scripts.map((s) => node.script('LOAD', s.lua)));
+  let onReady = (): void => undefined;
+  const ready = new Promise<void>((resolve) => (onReady = resolve));
+  connection.once('ready', onReady);
+  connection.disconnect(true);
+  const timer = setTimeout(onReady, RECONNECT_WAIT_MS);
+  await ready;
+  clearTimeout(timer);
+  connection.off('ready', onReady);
   return true;
 }
