@@ -102,9 +102,9 @@ function trackProgress(events: PipelineEvents, sources: string[], sinks: string[
   });
   events.on('delivery:finished', (e) => {
     const s = sinkState.get(e.sink)!;
-    if (e.outcome === 'ok') s.ok++;
-    else if (e.outcome === 'retry') s.failed++;
-    else s.dead++;
+    if (e.outcome === 'ok') s.ok += e.changes.length;
+    else if (e.outcome === 'retry') s.failed += e.changes.length;
+    else s.dead += e.changes.length;
   });
   return {
     line(): string {

@@ -91,14 +91,13 @@ export interface PipelineEventMap {
   'sink:failing': { sink: string; failing: boolean };
   /** A probe of a failing sink finished: `ok` when the sink answered (a NeverError is an answer). */
   'sink:probe': { sink: string; ok: boolean };
-  /** A delivery attempt to a sink finished. */
+  /** A delivery attempt to a sink finished: one sink call (one change, or a batch of them). */
   'delivery:finished': {
     sink: string;
     outcome: DeliveryOutcome;
     durationSeconds: number;
-    /** occurred_at → acknowledged, when outcome is ok. */
-    endToEndSeconds?: number;
-    key: string;
+    /** The changes the call settled, in order; endToEndSeconds (occurred_at → acknowledged) when ok. */
+    changes: readonly { key: string; endToEndSeconds?: number }[];
     error?: unknown;
   };
   /** A page refused for a memory limit of its source (max_page_bytes, max_change_bytes). */

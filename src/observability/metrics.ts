@@ -425,10 +425,14 @@ export function createMetrics(opts: MetricsOptions): Metrics {
       subjectGone.inc({ source: e.source }, e.gone);
     }),
     events.on('redis:error', (e) => redisErrors.inc({ kind: e.kind })),
+    // One event per sink call: the counter moves once by the changes it settled, the call is timed
+    // once; only the end-to-end latency is per change (each has its own occurred_at).
     events.on('delivery:finished', (e) => {
-      deliveriesTotal.inc({ sink: e.sink, outcome: e.outcome });
-      if (Number.isFinite(e.durationSeconds)) deliveryDuration.observe({ sink: e.sink }, e.durationSeconds);
-      if (Number.isFinite(e.endToEndSeconds)) endToEnd.observe({ sink: e.sink }, e.endToEndSeconds as number);
+      const sink = { sink: e.sink };
+      deliveriesTotal.inc({ sink: e.sink, outcome: e.outcome }, e.changes.length);
+      if (Number.isFinite(e.durationSeconds)) deliveryDuration.observe(sink, e.durationSeconds);
+      for (const change of e.changes)
+        if (Number.isFinite(change.endToEndSeconds)) endToEnd.observe(sink, change.endToEndSeconds as number);
     }),
   ];
 

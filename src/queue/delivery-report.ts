@@ -1,4 +1,4 @@
-// How every queue driver reports a delivery's outcome: one event per change for the metrics, one
+// How every queue driver reports a delivery's outcome: one event per sink call for the metrics, one
 // log line per failure. Keeping it here keeps the drivers' numbers and messages identical.
 import type { Logger } from 'pino';
 import type { Change } from '../core/change.js';
@@ -20,14 +20,12 @@ export function reportDelivered(
   durationSeconds: number,
 ): void {
   const now = Date.now();
-  for (const change of changes)
-    events.emit('delivery:finished', {
-      sink,
-      outcome: 'ok',
-      durationSeconds,
-      endToEndSeconds: endToEndSeconds(change, now),
-      key: change.key,
-    });
+  events.emit('delivery:finished', {
+    sink,
+    outcome: 'ok',
+    durationSeconds,
+    changes: changes.map((change) => ({ key: change.key, endToEndSeconds: endToEndSeconds(change, now) })),
+  });
 }
 
 /** A failed attempt on `key` and what decideAfterFailure made of it. */
@@ -45,7 +43,7 @@ export function reportFailed(
     sink: ctx.sink,
     outcome: decision.outcome,
     durationSeconds,
-    key,
+    changes: [{ key }],
     error: err,
   });
   if (decision.outcome === 'dead')

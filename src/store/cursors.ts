@@ -1,3 +1,4 @@
+import { pollStatusThrottle } from '../core/poll-status-throttle.js';
 import type { Db } from './store.js';
 
 export interface StoredCursor {
@@ -15,13 +16,9 @@ export interface SourceStatus {
   lastError: string | null;
 }
 
-/** How stale a source's status row may get while its polls keep succeeding the same way. */
-export const STATUS_WRITE_INTERVAL_MS = 1000;
-
 /** Cursors and per-source status rows. Statements are prepared once. */
 export class CursorStore {
-  /** Per source: when its status row was last written, and whether that poll was ok and behind. */
-  private readonly written = new Map<string, { at: number; ok: boolean; behind: boolean }>();
+  private readonly statusWrites = pollStatusThrottle();
   private readonly getStmt;
   private readonly saveStmt;
   private readonly deleteStmt;
@@ -65,11 +62,7 @@ export class CursorStore {
     outcome: { ok: boolean; behind: boolean; lastEventAt?: number; error?: string },
   ): void {
     const now = Date.now();
-    // A catching-up poller finishes a page every few milliseconds: writing the row each time would
-    // cost more than it tells. A change of state (ok/error, behind/caught up) is written at once.
-    const last = this.written.get(source);
-    if (outcome.ok && last?.ok && last.behind === outcome.behind && now - last.at < STATUS_WRITE_INTERVAL_MS)
-      return;
+    if (!this.statusWrites.due(source, outcome, now)) return;
     this.statusStmt.run({
       source,
       now,
@@ -78,7 +71,7 @@ export class CursorStore {
       behind: outcome.behind ? 1 : 0,
       error: outcome.error ?? null,
     });
-    this.written.set(source, { at: now, ok: outcome.ok, behind: outcome.behind });
+    this.statusWrites.written(source, outcome, now);
   }
 
   status(sources: string[]): SourceStatus[] {

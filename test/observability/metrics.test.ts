@@ -103,30 +103,28 @@ function emitScript(s: Stack): void {
       sink: 'file',
       outcome: 'ok',
       durationSeconds: 0.002,
-      endToEndSeconds: 0.7,
-      key: `scheduling:${123457 + i}`,
+      changes: [{ key: `scheduling:${123457 + i}`, endToEndSeconds: 0.7 }],
     });
   }
   events.emit('delivery:finished', {
     sink: 'hook',
     outcome: 'ok',
     durationSeconds: 0.3,
-    endToEndSeconds: 45,
-    key: 'scheduling:123457',
+    changes: [{ key: 'scheduling:123457', endToEndSeconds: 45 }],
   });
   for (let i = 0; i < 2; i++) {
     events.emit('delivery:finished', {
       sink: 'hook',
       outcome: 'retry',
       durationSeconds: 2,
-      key: 'scheduling:123458',
+      changes: [{ key: 'scheduling:123458' }],
     });
   }
   events.emit('delivery:finished', {
     sink: 'hook',
     outcome: 'dead',
     durationSeconds: 2,
-    key: 'scheduling:123458',
+    changes: [{ key: 'scheduling:123458' }],
   });
 }
 
@@ -193,6 +191,28 @@ describe('metrics over /metrics', () => {
         expect(value, `${s.name} ${JSON.stringify(s.labels)}`).not.toMatch(/:\/\/|\d{5,}|scheduling:\d/);
       }
     }
+  });
+
+  it('counts every change of a batch call, times the call once, and the end-to-end latency per change', async () => {
+    stack = await startStack();
+    stack.events.emit('delivery:finished', {
+      sink: 'file',
+      outcome: 'ok',
+      durationSeconds: 0.004,
+      changes: [
+        { key: 'scheduling:1', endToEndSeconds: 0.2 },
+        { key: 'scheduling:2', endToEndSeconds: 40 },
+        { key: 'scheduling:3' },
+      ],
+    });
+    const { samples } = await scrape(stack);
+    const v = (name: string, labels: Record<string, string> = {}) => sampleValue(samples, name, labels);
+    expect(v('feedsync_deliveries_total', { sink: 'file', outcome: 'ok' })).toBe(3);
+    expect(v('feedsync_delivery_duration_seconds_count', { sink: 'file' })).toBe(1);
+    expect(v('feedsync_delivery_duration_seconds_sum', { sink: 'file' })).toBeCloseTo(0.004, 9);
+    // The change whose occurred_at did not parse has no latency to observe.
+    expect(v('feedsync_end_to_end_seconds_count', { sink: 'file' })).toBe(2);
+    expect(v('feedsync_end_to_end_seconds_bucket', { sink: 'file', le: '30' })).toBe(1);
   });
 
   it('shows the behind flag of the latest successful poll', async () => {

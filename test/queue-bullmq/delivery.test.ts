@@ -41,7 +41,8 @@ interface Harness {
   producer: BullmqProducer;
   admin: BullmqAdmin;
   runner: DeliveryRunner;
-  finished: (PipelineEventMap['delivery:finished'] & { at: number })[];
+  /** One entry per change settled (an event covers a whole sink call). */
+  finished: { outcome: PipelineEventMap['delivery:finished']['outcome']; key: string; at: number }[];
 }
 
 function harness(config: QueueConfig, sinks: Record<string, RecordingSink>): Harness {
@@ -54,7 +55,9 @@ function harness(config: QueueConfig, sinks: Record<string, RecordingSink>): Har
   const admin = createBullmqAdmin({ queue: config, sinkNames: names });
   const events = new PipelineEvents();
   const finished: Harness['finished'] = [];
-  events.on('delivery:finished', (e) => finished.push({ ...e, at: Date.now() }));
+  events.on('delivery:finished', (e) => {
+    for (const { key } of e.changes) finished.push({ outcome: e.outcome, key, at: Date.now() });
+  });
   const runner = createBullmqDelivery({
     queue: config,
     sinks: names.map((name) => ({ name, sink: sinks[name]! })),

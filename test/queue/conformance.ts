@@ -55,7 +55,9 @@ export function describeQueueDriverConformance(name: string, harness: DriverHarn
       const config = harness.config(tempDir(), Object.keys(sinks), queue);
       const events = new PipelineEvents();
       const outcomes = new Map<string, string[]>();
-      events.on('delivery:finished', (e) => outcomes.set(e.key, [...(outcomes.get(e.key) ?? []), e.outcome]));
+      events.on('delivery:finished', (e) => {
+        for (const { key } of e.changes) outcomes.set(key, [...(outcomes.get(key) ?? []), e.outcome]);
+      });
       const driver = await openQueueDriver({
         config,
         mode: 'run',
@@ -129,7 +131,8 @@ export function describeQueueDriverConformance(name: string, harness: DriverHarn
       const q = await open({ sink }, { attempts: 5 });
       const ok = new Map<string, { durationSeconds: number; endToEndSeconds?: number }>();
       q.events.on('delivery:finished', (e) => {
-        if (e.outcome === 'ok') ok.set(e.key, e);
+        if (e.outcome === 'ok')
+          for (const c of e.changes) ok.set(c.key, { durationSeconds: e.durationSeconds, ...c });
       });
       await q.commit([flaky, steady, odd]);
       await waitFor(() => ok.size === 3, 20_000, 'three ok events');

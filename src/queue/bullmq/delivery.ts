@@ -137,16 +137,15 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
   async function buryFailed(ctx: SliceDeliveryContext, job: Job): Promise<void> {
     try {
       const buried = await buryFailedSlice(job, ctx.deadQueue, ctx.shardQueue.opts.prefix ?? '');
-      for (const change of buried) {
+      if (buried.length)
         opts.events.emit('delivery:finished', {
           sink: ctx.runtime.name,
           outcome: 'dead',
           // No sink call was made here: nothing to time (metrics skip a non-finite duration).
           durationSeconds: Number.NaN,
-          key: change.key,
+          changes: buried.map((change) => ({ key: change.key })),
           error: new Error(job.failedReason),
         });
-      }
       ctx.logger.error(
         { job: job.id, changes: buried.length, err: job.failedReason },
         'slice failed; its undelivered changes are dead-lettered',

@@ -16,6 +16,7 @@ import { warnRedisFailure } from './redis-monitor.js';
 import { ACQUIRE, ownerOf, RELEASE, RENEW } from './lease-scripts.js';
 import { handOverCandidate, Replicas } from './replicas.js';
 import { holdSource } from './source-hold.js';
+import { runScript } from './scripts.js';
 
 export const DEFAULT_LEASE_TTL_MS = 15_000;
 
@@ -99,7 +100,9 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
   async function renew(source: string, lease: Held): Promise<void> {
     const sent = performance.now();
     try {
-      const ok = Number(await client.eval(RENEW, 1, lease.fence.leaseKey, lease.fence.value, String(ttl)));
+      const ok = Number(
+        await runScript(client, RENEW, [lease.fence.leaseKey], [lease.fence.value, String(ttl)]),
+      );
       if (ok === 1) {
         lease.lastRenewed = Date.now();
         lease.renewedAt = sent;
@@ -171,13 +174,11 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
     await replicas.beat();
     if (held.size >= share()) return { holder: await holderOf(source) };
     const sent = performance.now();
-    const reply = (await client.eval(
+    const reply = (await runScript(
+      client,
       ACQUIRE,
-      2,
-      leaseKey(opts.prefix, source),
-      leaseTokenKey(opts.prefix, source),
-      owner,
-      String(ttl),
+      [leaseKey(opts.prefix, source), leaseTokenKey(opts.prefix, source)],
+      [owner, String(ttl)],
     )) as [number, string | null];
     const token = Number(reply[0]);
     if (token === 0) return { holder: ownerOf(reply[1]) };
@@ -241,7 +242,7 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
         (released ??= (async () => {
           if (held.get(source) === lease) held.delete(source);
           try {
-            await client.eval(RELEASE, 1, lease.fence.leaseKey, lease.fence.value);
+            await runScript(client, RELEASE, [lease.fence.leaseKey], [lease.fence.value]);
           } catch (err) {
             // It expires on its own after the TTL; a standby just waits a little longer.
             logger.warn({ source, err: errorMessage(err) }, 'cannot release source lease; it will expire');
@@ -269,7 +270,7 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
     // Leases still held (a poller that did not stop) are released so a standby need not wait.
     await Promise.all(
       [...held.values()].map((lease) =>
-        client.eval(RELEASE, 1, lease.fence.leaseKey, lease.fence.value).catch(() => undefined),
+        runScript(client, RELEASE, [lease.fence.leaseKey], [lease.fence.value]).catch(() => undefined),
       ),
     );
     held.clear();

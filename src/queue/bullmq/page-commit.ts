@@ -18,7 +18,7 @@
 //
 // WATCH is per connection, and any EXEC on it clears it: this module owns its connection and runs
 // one commit at a time on it.
-import { Job, type Queue } from 'bullmq';
+import type { Queue } from 'bullmq';
 import type { ChainableCommander, Redis } from 'ioredis';
 import { FeedsyncError, errorMessage } from '../../core/errors.js';
 import type { LeaseFence } from './lease.js';
@@ -40,7 +40,8 @@ import {
 import { createOutboxForwarder, outboxEntry } from './outbox.js';
 import { nodeForKey, unwatchKey } from './redis.js';
 import { awaitReplicas } from './replication.js';
-import type { ChangeSlice } from './slice.js';
+import { defineScripts, luaScript, queueScript, reconnectIfFlushed } from './scripts.js';
+import { SliceJob, type ChangeSlice } from './slice.js';
 import { cursorFields, parseSeen } from './source-state.js';
 
 // KEYS: state hash, stats hash, lease key, backlog hash, lagging-sinks hash, known-sinks hash,
@@ -53,7 +54,9 @@ import { cursorFields, parseSeen } from './source-state.js';
 // the connection, a cursor moves only under the lease that read the page. The backlog counts
 // changes (not slices) per sink, so `max_backlog`, `status` and the metrics mean the same thing
 // with both drivers; the progress script of the workers (shard-lease.ts) counts them out.
-const WRITE_CURSOR = `
+const WRITE_CURSOR = luaScript(
+  'write_cursor',
+  `
 if ARGV[4] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[4] then
   return redis.error_reply('FENCED the source lease is no longer ours; cursor not moved')
 end
@@ -83,7 +86,8 @@ redis.call('HINCRBY', KEYS[2], 'slices', ARGV[8])
 for sink, n in pairs(cjson.decode(ARGV[5])) do
   if n > 0 then redis.call('HINCRBY', KEYS[4], sink, n) end
 end
-return 1`;
+return 1`,
+);
 
 // One catch-up page of one sink (sink-positions.ts). KEYS: lease key, known-sinks hash,
 // lagging-sinks hash, the sink's parked-ids set, backlog hash, lost-upstream hash, outbox, outbox
@@ -92,7 +96,9 @@ return 1`;
 // in the backlog here unless forwarded), now, the lost ids kept, the outbox entry ('' for none).
 // Refused unless the sink is still lagging with that generation (a replay moved it). Returns, on
 // rejoining, the parked ids never seen again.
-const CATCH_UP = `
+const CATCH_UP = luaScript(
+  'catch_up',
+  `
 if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return redis.error_reply('FENCED the source lease is no longer ours; catch-up not committed')
 end
@@ -123,7 +129,8 @@ if ARGV[5] == '1' then
   return lost
 end
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[4])
-return {}`;
+return {}`,
+);
 
 /** A lagging sink's entry in the lagging-sinks hash (its generation lives in the known-sinks hash). */
 export interface LaggingEntry extends FeedPosition {
@@ -250,7 +257,9 @@ export function createPageCommitter(opts: {
     const knownKey = knownSinksKey(prefix, plan.source);
     const catchUp = plan.catchUp;
     // The BullMQ-aware client: its MULTI knows the job scripts. Every plan queue shares `connection`.
-    const client = plan.slices[0] && !forwards ? await plan.slices[0].queue.backend.client : connection;
+    const client = (
+      plan.slices[0] && !forwards ? await plan.slices[0].queue.backend.client : connection
+    ) as Redis;
     // Taken once connected (awaiting the client may have waited for the first 'ready').
     const epoch = connections;
     // WATCH, the fence check and the "already committed" check go out together: one round trip.
@@ -332,6 +341,7 @@ export function createPageCommitter(opts: {
         if (rewinds) for (const slice of plan.slices) slice.jobId = `${baseJobId(slice.jobId)}@${rewinds}`;
       }
       // BullMQ's transaction is an ioredis MULTI with its scripts added; typed as the latter here.
+      defineScripts(client, WRITE_CURSOR, CATCH_UP);
       const tx = client.multi() as unknown as ChainableCommander;
       const adds: Promise<unknown>[] = [];
       const outbox =
@@ -343,7 +353,7 @@ export function createPageCommitter(opts: {
       // Forwarded: the backlog is counted where the slices land, by the forwarder.
       const counted = forwards ? {} : plan.queued;
       for (const slice of forwards ? [] : plan.slices) {
-        const job = new Job<ChangeSlice>(
+        const job = new SliceJob(
           slice.queue,
           'slice',
           { changes: slice.changes },
@@ -357,28 +367,32 @@ export function createPageCommitter(opts: {
       const jobKeys = forwards ? [] : plan.slices.map((slice) => slice.queue.toKey(slice.jobId));
       if (catchUp) {
         const { sink, entry } = catchUp;
-        tx.eval(
+        queueScript(
+          tx,
           CATCH_UP,
-          8 + jobKeys.length,
-          fence?.leaseKey ?? knownKey,
-          knownKey,
-          laggingKey(prefix, plan.source),
-          parkedIdsKey(prefix, plan.source, sink),
-          backlogKey(tag),
-          lostKey(prefix, plan.source),
-          outboxKey(prefix, plan.source),
-          outboxSeqKey(prefix, plan.source),
-          ...jobKeys,
-          fence?.value ?? '',
-          sink,
-          String(catchUp.generation),
-          JSON.stringify(entry),
-          catchUp.join ? '1' : '0',
-          JSON.stringify(catchUp.eventIds),
-          String(counted[sink] ?? 0),
-          String(Date.now()),
-          String(LOST_IDS_KEPT),
-          outbox,
+          [
+            fence?.leaseKey ?? knownKey,
+            knownKey,
+            laggingKey(prefix, plan.source),
+            parkedIdsKey(prefix, plan.source, sink),
+            backlogKey(tag),
+            lostKey(prefix, plan.source),
+            outboxKey(prefix, plan.source),
+            outboxSeqKey(prefix, plan.source),
+            ...jobKeys,
+          ],
+          [
+            fence?.value ?? '',
+            sink,
+            String(catchUp.generation),
+            JSON.stringify(entry),
+            catchUp.join ? '1' : '0',
+            JSON.stringify(catchUp.eventIds),
+            String(counted[sink] ?? 0),
+            String(Date.now()),
+            String(LOST_IDS_KEPT),
+            outbox,
+          ],
         );
       } else {
         const fields = cursorFields(plan.cursor, plan.seenAbove);
@@ -397,27 +411,31 @@ export function createPageCommitter(opts: {
           ids: pass.map((sink) => lag!.passes.get(sink)!),
           max: MAX_PENDING_IDS,
         };
-        tx.eval(
+        queueScript(
+          tx,
           WRITE_CURSOR,
-          8 + pass.length + jobKeys.length,
-          stateKey,
-          commitStatsKey(tag),
-          fence?.leaseKey ?? stateKey,
-          backlogKey(tag),
-          laggingKey(prefix, plan.source),
-          knownKey,
-          outboxKey(prefix, plan.source),
-          outboxSeqKey(prefix, plan.source),
-          ...pass.map((sink) => parkedIdsKey(prefix, plan.source, sink)),
-          ...jobKeys,
-          fields.cursor!,
-          fields.seen_above!,
-          fields.updated_at!,
-          fence?.value ?? '',
-          JSON.stringify(counted),
-          JSON.stringify(lagArg),
-          outbox,
-          String(plan.slices.length),
+          [
+            stateKey,
+            commitStatsKey(tag),
+            fence?.leaseKey ?? stateKey,
+            backlogKey(tag),
+            laggingKey(prefix, plan.source),
+            knownKey,
+            outboxKey(prefix, plan.source),
+            outboxSeqKey(prefix, plan.source),
+            ...pass.map((sink) => parkedIdsKey(prefix, plan.source, sink)),
+            ...jobKeys,
+          ],
+          [
+            fields.cursor!,
+            fields.seen_above!,
+            fields.updated_at!,
+            fence?.value ?? '',
+            JSON.stringify(counted),
+            JSON.stringify(lagArg),
+            outbox,
+            String(plan.slices.length),
+          ],
         );
       }
       if ((fence && connections !== epoch) || nodeForKey(connection, knownKey) !== node)
@@ -445,6 +463,13 @@ export function createPageCommitter(opts: {
         }
         throw new CommitRaced(plan.source, await connection.hkeys(laggingKey(prefix, plan.source)));
       }
+      // A script flushed from this server (SCRIPT FLUSH on a live socket): the cursor script did
+      // not run, so nothing moved but the adds that got in (no-ops when the page is read again).
+      if (await reconnectIfFlushed(client, results))
+        throw new FeedsyncError(
+          `redis lost its scripts during the commit of ${plan.source} (reconnecting); retrying the page`,
+          true,
+        );
       const failed = results.find(([err]) => err);
       if (catchUp && failed && /REFUSED/.test(errorMessage(failed[0])))
         throw new CatchUpRefused(plan.source, catchUp.sink, catchUp.generation, undefined);

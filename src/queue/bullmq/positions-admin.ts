@@ -7,17 +7,21 @@ import { MAX_PENDING_IDS, replayRefusal, ReplayRefused, type ProducerSink } from
 import { readBacklogs } from './backlog.js';
 import { knownSinksKey, laggingKey, lostKey, parkedIdsKey, sourceStateKey, type Keys } from './names.js';
 import type { LaggingEntry } from './page-commit.js';
+import { luaScript, runScript } from './scripts.js';
 
 // KEYS: lagging-sinks hash, known-sinks hash. ARGV: sink, the entry, the generation the caller
 // checked (its entry's, or '' when none). Refused when the sink was moved since (check again).
-const REPLAY = `
+const REPLAY = luaScript(
+  'replay',
+  `
 local current = redis.call('HGET', KEYS[2], ARGV[1]) or ''
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
   if current ~= ARGV[3] then return 0 end
 elseif ARGV[3] ~= '' and ARGV[3] ~= current then return 0 end
 redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-return 1`;
+return 1`,
+);
 
 /** The sinks off `source`'s shared stream, as Redis holds them now. */
 export async function readLagging(
@@ -84,14 +88,11 @@ export function redisPositionsAdmin(
       const refusal = replayRefusal(req, lag, sourceCursor);
       if (refusal) throw new ReplayRefused(refusal);
       const entry: LaggingEntry = { ...req.from, reason: 'replay', since: Date.now(), eventAt: 0 };
-      const written = await client.eval(
+      const written = await runScript(
+        client,
         REPLAY,
-        2,
-        laggingKey(prefix, req.source),
-        knownSinksKey(prefix, req.source),
-        req.sink,
-        JSON.stringify(entry),
-        lag ? (generation ?? '') : '',
+        [laggingKey(prefix, req.source), knownSinksKey(prefix, req.source)],
+        [req.sink, JSON.stringify(entry), lag ? (generation ?? '') : ''],
       );
       if (Number(written) !== 1)
         throw new ReplayRefused(

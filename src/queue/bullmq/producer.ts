@@ -43,6 +43,7 @@ import {
 import { readLagging } from './positions-admin.js';
 import { closeRedis, createRedisConnection, redisEndpoint, whenReady } from './redis.js';
 import { sliceJobId, sliceJobOptions, type ChangeSlice } from './slice.js';
+import { luaScript, runScript } from './scripts.js';
 
 export interface BullmqProducerOptions {
   queue: QueueConfig;
@@ -69,7 +70,9 @@ export type BullmqProducer = ChangeQueue & { close(): Promise<void> };
 // Whether a sink's shard queues hold nothing to deliver; if so its backlog counter is set to 0 in
 // the same step. KEYS: the backlog hash, then per shard queue its wait, paused, active, delayed,
 // prioritized and waiting-children keys. ARGV: the sink. Returns {0}, or {1, the counter before}.
-const QUEUES_EMPTY = `
+const QUEUES_EMPTY = luaScript(
+  'queues_empty',
+  `
 for i = 2, #KEYS do
   local t = redis.call('TYPE', KEYS[i]).ok
   if (t == 'list' and redis.call('LLEN', KEYS[i]) > 0) or (t == 'zset' and redis.call('ZCARD', KEYS[i]) > 0) then
@@ -78,7 +81,8 @@ for i = 2, #KEYS do
 end
 local before = redis.call('HGET', KEYS[1], ARGV[1]) or '0'
 redis.call('HSET', KEYS[1], ARGV[1], 0)
-return {1, before}`;
+return {1, before}`,
+);
 
 /** undefined while the queues hold something; else what the counter said (now 0). */
 async function zeroIfEmpty(
@@ -92,7 +96,7 @@ async function zeroIfEmpty(
       (k) => q.keys[k]!,
     ),
   );
-  const [empty, before] = (await client.eval(QUEUES_EMPTY, 1 + keys.length, backlog, ...keys, sink)) as [
+  const [empty, before] = (await runScript(client, QUEUES_EMPTY, [backlog, ...keys], [sink])) as [
     number,
     string?,
   ];
@@ -107,7 +111,9 @@ const VIEW_CACHE_MS = 1_000;
 
 // Registers a sink for a source once. KEYS: lease key, known-sinks hash, lagging-sinks hash. ARGV:
 // the lease value ('' unfenced), sink, its backfill entry ('' for none). 1 when it was new.
-const REGISTER = `
+const REGISTER = luaScript(
+  'register',
+  `
 if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return redis.error_reply('FENCED the source lease is no longer ours; sink not registered')
 end
@@ -116,7 +122,8 @@ if ARGV[3] ~= '' then
   redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
   redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
 end
-return 1`;
+return 1`,
+);
 
 /** Per sink: undelivered changes, and which sinks are off each source's shared stream. */
 interface View {
@@ -476,15 +483,15 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
       const entry: LaggingEntry | undefined = backfill
         ? { cursor: start, seenAbove: [], reason: 'backfill', since: Date.now(), eventAt: 0 }
         : undefined;
-      const added = await client.eval(
+      const added = await runScript(
+        client,
         REGISTER,
-        3,
-        fence?.leaseKey ?? knownSinksKey(keys, source),
-        knownSinksKey(keys, source),
-        laggingKey(keys, source),
-        fence?.value ?? '',
-        sink.name,
-        entry ? JSON.stringify(entry) : '',
+        [
+          fence?.leaseKey ?? knownSinksKey(keys, source),
+          knownSinksKey(keys, source),
+          laggingKey(keys, source),
+        ],
+        [fence?.value ?? '', sink.name, entry ? JSON.stringify(entry) : ''],
       );
       if (Number(added) === 1 && entry) backfilled.push(sink.name);
     }

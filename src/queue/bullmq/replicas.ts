@@ -6,13 +6,17 @@
 // replica drops out of the set within one TTL, like its leases, so a survivor's share grows just
 // when the dead one's leases expire.
 import type { Redis } from 'ioredis';
+import { luaScript, runScript } from './scripts.js';
 
-const HEARTBEAT = `
+const HEARTBEAT = luaScript(
+  'heartbeat',
+  `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if ARGV[2] ~= '0' then redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1]) end
-return redis.call('ZCARD', KEYS[1])`;
+return redis.call('ZCARD', KEYS[1])`,
+);
 
 export class Replicas {
   /** Live replicas at the last heartbeat (this one included). */
@@ -28,7 +32,7 @@ export class Replicas {
   async beat(): Promise<void> {
     this.live = Math.max(
       1,
-      Number(await this.client.eval(HEARTBEAT, 1, this.key, this.owner, String(this.ttlMs))),
+      Number(await runScript(this.client, HEARTBEAT, [this.key], [this.owner, String(this.ttlMs)])),
     );
   }
 

@@ -25,6 +25,7 @@ import type { SliceProgress } from './attempts.js';
 import { SELF_EXPIRY } from './lease.js';
 import { ownerOf, RELEASE, RENEW } from './lease-scripts.js';
 import { warnRedisFailure } from './redis-monitor.js';
+import { luaScript, runScript } from './scripts.js';
 
 /** How often a worker asks again for a shard another worker holds. */
 const RETRY_MS = 100;
@@ -33,23 +34,31 @@ import { backlogKey, bullPrefix, shardLeaseKey, shardLeaseTokenKey } from './nam
 // KEYS: shard lease, job hash, job lock, backlog hash. ARGV: the lease value, the progress JSON,
 // the job lock token, the sink. Written only by the worker holding both the shard and the job; the
 // changes it moves past (delivered or dead-lettered) leave the sink's backlog in the same step.
-const SAVE_PROGRESS = `
+// Progress never moves back: a write that ioredis sent again after NOSCRIPT may land after a later
+// one, and then changes nothing.
+const SAVE_PROGRESS = luaScript(
+  'save_progress',
+  `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if redis.call('GET', KEYS[3]) ~= ARGV[3] then return 0 end
 local before = 0
 local ok, old = pcall(cjson.decode, redis.call('HGET', KEYS[2], 'progress') or '0')
 if ok and type(old) == 'table' and tonumber(old.done) then before = tonumber(old.done) end
 local done = tonumber(cjson.decode(ARGV[2]).done) or 0
+if done < before then return 1 end
 redis.call('HSET', KEYS[2], 'progress', ARGV[2])
 if done > before then redis.call('HINCRBY', KEYS[4], ARGV[4], before - done) end
-return 1`;
+return 1`,
+);
 // Takes the shard for one slice job, in one round trip. KEYS: shard lease, its token counter, the
 // job hash, the job lock. ARGV: owner, TTL, the job lock token, '1' when a lease of this owner is
 // stale (nothing in this process holds it). Returns {0, holder} while another worker holds the
 // shard; {-1} when the job is no longer this worker's (it waited for the shard while another
 // worker took the job over and maybe finished it: its Job object is stale); else {token, lease
 // value, the job's progress as Redis has it now}.
-const TAKE = `
+const TAKE = luaScript(
+  'take_shard',
+  `
 local held = redis.call('GET', KEYS[1])
 if held and not (ARGV[4] == '1' and string.sub(held, (string.find(held, ' ', 1, true) or 0) + 1) == ARGV[1]) then
   return {0, held}
@@ -58,7 +67,8 @@ if redis.call('GET', KEYS[4]) ~= ARGV[3] then return {-1} end
 local token = redis.call('INCR', KEYS[2])
 local value = token .. ' ' .. ARGV[1]
 redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
-return {token, value, redis.call('HGET', KEYS[3], 'progress') or ''}`;
+return {token, value, redis.call('HGET', KEYS[3], 'progress') or ''}`,
+);
 
 export interface ShardLease {
   readonly token: number;
@@ -111,17 +121,11 @@ export class ShardLeases {
       if (signal.aborted) return undefined;
       const sent = performance.now();
       try {
-        const reply = (await connection.eval(
+        const reply = (await runScript(
+          connection,
           TAKE,
-          4,
-          key,
-          shardLeaseTokenKey(tag, sink, shard),
-          job.key,
-          `${job.key}:lock`,
-          owner,
-          String(ttlMs),
-          job.lockToken,
-          this.active.has(key) ? '0' : '1',
+          [key, shardLeaseTokenKey(tag, sink, shard), job.key, `${job.key}:lock`],
+          [owner, String(ttlMs), job.lockToken, this.active.has(key) ? '0' : '1'],
         )) as [number, string?, string?];
         const token = Number(reply[0]);
         if (token === -1) return 'not-ours';
@@ -166,7 +170,7 @@ export class ShardLeases {
     const renew = setInterval(
       () => {
         const started = performance.now();
-        connection.eval(RENEW, 1, key, value, String(ttlMs)).then(
+        runScript(connection, RENEW, [key], [value, String(ttlMs)]).then(
           (ok) => {
             if (Number(ok) === 1) renewedAt = started;
             else lost = true;
@@ -185,17 +189,11 @@ export class ShardLeases {
       valid,
       fence: () => ({ scope, token, valid }),
       async saveProgress(jobKey, lockToken, progress) {
-        const written = await connection.eval(
+        const written = await runScript(
+          connection,
           SAVE_PROGRESS,
-          4,
-          key,
-          jobKey,
-          `${jobKey}:lock`,
-          backlog,
-          value,
-          JSON.stringify(progress),
-          lockToken,
-          sink,
+          [key, jobKey, `${jobKey}:lock`, backlog],
+          [value, JSON.stringify(progress), lockToken, sink],
         );
         return Number(written) === 1;
       },
@@ -204,7 +202,7 @@ export class ShardLeases {
         released = true;
         clearInterval(renew);
         this.active.delete(key);
-        await connection.eval(RELEASE, 1, key, value).catch(() => undefined);
+        await runScript(connection, RELEASE, [key], [value]).catch(() => undefined);
       },
     };
   }

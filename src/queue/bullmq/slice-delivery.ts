@@ -85,6 +85,10 @@ export async function deliverSlice(
     }
     await deliverOne(ctx, job, at, changes[at.done]!);
   }
+  // The job completes after its last progress write landed (never held up for long): a write
+  // ioredis had to send again (NOSCRIPT: Redis lost its scripts) would otherwise arrive after the
+  // job's lock is gone, be refused, and leave the sink's backlog counting delivered changes.
+  await settledWithin(at.saving, HAND_OVER_MS);
 }
 
 /** true when the sink took the whole batch; false when it failed (no attempt is counted for it). */

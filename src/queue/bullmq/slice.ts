@@ -1,13 +1,33 @@
 // A slice is what one BullMQ job carries: the changes of one page that one sink gets on one shard,
 // in feed order. Producer, delivery and admin share these helpers so they agree on ids and shapes.
 import { randomUUID } from 'node:crypto';
+import { Job, type JobJson } from 'bullmq';
 import type { QueueConfig } from '../../config/types.js';
 import { FeedsyncError } from '../../core/errors.js';
 import type { Change } from '../../core/change.js';
+import { changeJson } from '../../core/change-json.js';
 import { fnv1a, jobIdForKey } from './names.js';
 
 export interface ChangeSlice {
   changes: Change[];
+}
+
+/**
+ * A slice job whose data is written from its changes' JSON texts (change-json.ts): a change is
+ * serialised once however many sinks and shards it goes to, and the bytes are those JSON.stringify
+ * would give the slice.
+ */
+export class SliceJob extends Job<ChangeSlice> {
+  override asJSON(): JobJson {
+    const { data } = this;
+    // BullMQ's asJSON stringifies `data` itself: hand it nothing to do, then put the text in.
+    this.data = undefined as unknown as ChangeSlice;
+    try {
+      return { ...super.asJSON(), data: `{"changes":[${data.changes.map(changeJson).join(',')}]}` };
+    } finally {
+      this.data = data;
+    }
+  }
 }
 
 /**

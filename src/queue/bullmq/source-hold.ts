@@ -9,11 +9,14 @@ import { ACQUIRE, ownerOf, RELEASE, RENEW } from './lease-scripts.js';
 import { keySpace, laggingKey, leaseKey, leaseTokenKey, sourceStateKey, type Keys } from './names.js';
 import { awaitReplicas } from './replication.js';
 import { cursorFields } from './source-state.js';
+import { luaScript, runScript } from './scripts.js';
 
 // KEYS: lease, state hash, lagging-sinks hash. ARGV: the lease value, cursor, seen_above, now.
 // Sinks lagging past a rewind's new cursor go back to it (LaggingSinkRows.followCursor says why a
 // skip forward leaves them).
-const SAVE_IF_HELD = `
+const SAVE_IF_HELD = luaScript(
+  'save_if_held',
+  `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return redis.error_reply('FENCED the source lease was taken over')
 end
@@ -29,7 +32,8 @@ for i = 1, #lag, 2 do
       '","since":' .. string.format('%.0f', e.since) .. ',"eventAt":' .. string.format('%.0f', e.eventAt) .. '}')
   end
 end
-return 1`;
+return 1`,
+);
 
 export async function holdSource(
   client: Redis,
@@ -41,16 +45,18 @@ export async function holdSource(
   minReplicasAcked = 0,
 ): Promise<HeldSource | { holder: string }> {
   const key = leaseKey(prefix, source);
-  const reply = (await client.eval(ACQUIRE, 2, key, leaseTokenKey(prefix, source), owner, String(ttlMs))) as [
-    number,
-    string | null,
-  ];
+  const reply = (await runScript(
+    client,
+    ACQUIRE,
+    [key, leaseTokenKey(prefix, source)],
+    [owner, String(ttlMs)],
+  )) as [number, string | null];
   if (Number(reply[0]) === 0) return { holder: ownerOf(reply[1]) ?? 'unknown' };
   const value = String(reply[1]);
   const lost = new AbortController();
   const renew = setInterval(
     () => {
-      client.eval(RENEW, 1, key, value, String(ttlMs)).then(
+      runScript(client, RENEW, [key], [value, String(ttlMs)]).then(
         (ok) => Number(ok) === 1 || lost.abort(),
         () => undefined,
       );
@@ -62,21 +68,16 @@ export async function holdSource(
     lost: lost.signal,
     async release() {
       clearInterval(renew);
-      await client.eval(RELEASE, 1, key, value).catch(() => undefined);
+      await runScript(client, RELEASE, [key], [value]).catch(() => undefined);
     },
     async save(eventId, seenAbove) {
       const f = cursorFields(eventId, seenAbove);
       try {
-        await client.eval(
+        await runScript(
+          client,
           SAVE_IF_HELD,
-          3,
-          key,
-          sourceStateKey(prefix, source),
-          laggingKey(prefix, source),
-          value,
-          f.cursor!,
-          f.seen_above!,
-          f.updated_at!,
+          [key, sourceStateKey(prefix, source), laggingKey(prefix, source)],
+          [value, f.cursor!, f.seen_above!, f.updated_at!],
         );
       } catch (err) {
         if (String((err as Error).message).includes('FENCED'))

@@ -7,6 +7,7 @@
 //   updated_at    epoch ms of the last cursor write
 //   last_poll_at, last_ok_at, last_event_at (epoch ms), behind (0/1), last_error: for status/readyz
 import type { Redis } from 'ioredis';
+import { pollStatusThrottle } from '../../core/poll-status-throttle.js';
 import type { PollOutcome, SourceState, SourceStatus, StoredCursor } from '../driver.js';
 import { sourceStateKey, type Keys } from './names.js';
 
@@ -31,8 +32,13 @@ export function createRedisSourceState(client: Redis, prefix: Keys): RedisSource
     await client.hset(key(source), cursorFields(eventId, seenAbove));
   }
 
+  const statusWrites = pollStatusThrottle();
+
   async function recordPoll(source: string, outcome: PollOutcome): Promise<void> {
-    const now = String(Date.now());
+    // As the local store does: alike successes at most once a second, any change at once.
+    const at = Date.now();
+    if (!statusWrites.due(source, outcome, at)) return;
+    const now = String(at);
     const set: Record<string, string> = { last_poll_at: now };
     if (outcome.ok) {
       set.last_ok_at = now;
@@ -43,6 +49,7 @@ export function createRedisSourceState(client: Redis, prefix: Keys): RedisSource
     const tx = client.multi().hset(key(source), set);
     if (outcome.error === undefined) tx.hdel(key(source), 'last_error');
     await tx.exec();
+    statusWrites.written(source, outcome, at);
   }
 
   async function status(sources: string[]): Promise<SourceStatus[]> {
