@@ -1,16 +1,32 @@
 // The lease of a source in Redis: a key `<token> <owner>` with an expiry, taken with a fresh token
-// from a counter that only grows. Pollers (lease.ts) and `cursor set/reset` (source-hold.ts) take
+// that only grows (NEXT_TOKEN). Pollers (lease.ts) and `cursor set/reset` (source-hold.ts) take
 // the same lease, so they exclude each other.
 
 import { luaScript } from './scripts.js';
+
+/**
+ * Lua: sets `token` to a fencing token that only grows, even when Redis forgets its last writes (a
+ * host crash before the AOF fsync, a failover to a lagging replica): the Redis clock in
+ * milliseconds, or one above the last token of KEYS[2] when that is ahead. A counter (INCR) handed
+ * such a Redis gives out tokens again that were already used, and a mirror that remembers the
+ * highest token it applied then refuses the legitimate writer. This rests on the Redis hosts'
+ * clocks agreeing to within a failover's time (NTP), and on fewer than 1,000 tokens a second per
+ * key. Tokens stay below 10^14, which Lua prints as integers.
+ */
+export const NEXT_TOKEN = `
+local now = redis.call('TIME')
+local token = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if token <= last then token = last + 1 end
+redis.call('SET', KEYS[2], string.format('%d', token))`;
 
 // Take the lease when nobody holds it; a fresh token either way it is taken.
 export const ACQUIRE = luaScript(
   'acquire_lease',
   `
 if redis.call('EXISTS', KEYS[1]) == 1 then return {0, redis.call('GET', KEYS[1])} end
-local token = redis.call('INCR', KEYS[2])
-local value = token .. ' ' .. ARGV[1]
+${NEXT_TOKEN}
+local value = string.format('%d', token) .. ' ' .. ARGV[1]
 redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
 return {token, value}`,
 );

@@ -23,7 +23,7 @@ import { sleep } from '../../backoff.js';
 import type { DeliveryFence } from '../../sinks/sink.js';
 import type { SliceProgress } from './attempts.js';
 import { SELF_EXPIRY } from './lease.js';
-import { ownerOf, RELEASE, RENEW } from './lease-scripts.js';
+import { NEXT_TOKEN, ownerOf, RELEASE, RENEW } from './lease-scripts.js';
 import { warnRedisFailure } from './redis-monitor.js';
 import { luaScript, runScript } from './scripts.js';
 
@@ -64,8 +64,8 @@ if held and not (ARGV[4] == '1' and string.sub(held, (string.find(held, ' ', 1, 
   return {0, held}
 end
 if redis.call('GET', KEYS[4]) ~= ARGV[3] then return {-1} end
-local token = redis.call('INCR', KEYS[2])
-local value = token .. ' ' .. ARGV[1]
+${NEXT_TOKEN}
+local value = string.format('%d', token) .. ' ' .. ARGV[1]
 redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
 return {token, value, redis.call('HGET', KEYS[3], 'progress') or ''}`,
 );
