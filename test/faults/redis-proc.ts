@@ -1,7 +1,8 @@
 // A redis-server the fault suite can kill -9, restart on the same port with its AOF, and freeze
-// (SIGSTOP) — test/support/redis.ts does not hand out the process.
+// (SIGSTOP) — test/support/redis.ts does not hand out the process. A kill can also cut the tail of
+// the AOF: what a host crash loses of the writes `appendfsync everysec` had not yet synced.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, truncateSync } from 'node:fs';
 import { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,8 +14,12 @@ export interface RedisProc {
   readonly pid: number | undefined;
   readonly running: boolean;
   readonly frozen: boolean;
-  /** SIGKILL; nothing flushed beyond what AOF everysec already wrote. */
-  kill9(): Promise<void>;
+  /**
+   * SIGKILL; nothing flushed beyond what AOF everysec already wrote. With `cutMs`, the newest AOF
+   * file is then cut back to the size it had `cutMs` before the kill, as a host crash before the
+   * fsync loses those writes; resolves to the bytes cut.
+   */
+  kill9(cutMs?: number): Promise<number>;
   /** Starts again on the same port and directory (AOF replayed); resolves once it answers PING. */
   start(): Promise<void>;
   freeze(): void;
@@ -35,6 +40,15 @@ export async function startRedisProc(): Promise<RedisProc> {
   const port = await freePort();
   let child: ChildProcess | undefined;
   let frozen = false;
+  // The newest AOF file's size, sampled: where a cut goes back to. Bounded to the last 10 s.
+  const sizes: { t: number; file: string; size: number }[] = [];
+  const sampler = setInterval(() => {
+    const file = newestAof(dir);
+    if (!file) return;
+    sizes.push({ t: Date.now(), file, size: statSync(file).size });
+    while (sizes.length > 100) sizes.shift();
+  }, 100);
+  sampler.unref();
   const onExit = () => child?.kill('SIGKILL');
   process.once('exit', onExit);
 
@@ -95,13 +109,23 @@ export async function startRedisProc(): Promise<RedisProc> {
     get frozen() {
       return frozen;
     },
-    async kill9() {
+    async kill9(cutMs = 0) {
       const c = child;
-      if (!c) return;
+      if (!c) return 0;
+      const killedAt = Date.now();
       c.kill('SIGKILL');
       await waitExit(c);
       child = undefined;
       frozen = false;
+      if (cutMs <= 0) return 0;
+      const file = newestAof(dir);
+      const then = [...sizes].reverse().find((s) => s.file === file && s.t <= killedAt - cutMs);
+      if (!file || !then) return 0;
+      const size = statSync(file).size;
+      if (then.size >= size) return 0;
+      truncateSync(file, then.size);
+      sizes.length = 0;
+      return size - then.size;
     },
     async start() {
       if (child && child.exitCode === null && child.signalCode === null) return;
@@ -134,10 +158,23 @@ export async function startRedisProc(): Promise<RedisProc> {
         await waitExit(c);
       }
       child = undefined;
+      clearInterval(sampler);
       process.removeListener('exit', onExit);
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** The AOF file Redis appends to now: the incr file with the highest sequence number (Redis 7). */
+function newestAof(dir: string): string | undefined {
+  const aofDir = join(dir, 'appendonlydir');
+  if (!existsSync(aofDir)) return undefined;
+  let best: { seq: number; name: string } | undefined;
+  for (const name of readdirSync(aofDir)) {
+    const m = /\.(\d+)\.incr\.aof$/.exec(name);
+    if (m && (!best || Number(m[1]) > best.seq)) best = { seq: Number(m[1]), name };
+  }
+  return best && join(aofDir, best.name);
 }
 
 function ping(port: number): Promise<boolean> {

@@ -19,9 +19,9 @@
 //                                       is ONE dead-lettered change, job id `scheduling~123457`
 //   source state    `{feedsync}:source:scheduling`  hash: cursor, seen_above and poll status
 //   source lease    `{feedsync}:lease:scheduling`   `<token> <owner>`, expires unless renewed
-//   lease token     `{feedsync}:lease-token:scheduling`  counter, +1 per acquisition (fencing)
+//   lease token     `{feedsync}:lease-token:scheduling`  the last fencing token (lease-scripts.ts NEXT_TOKEN)
 //   shard lease     `{feedsync}:shard-lease:hook.2` `<token> <owner>` of the worker delivering a slice
-//   shard token     `{feedsync}:shard-lease-token:hook.2`  counter, +1 per acquisition (fencing)
+//   shard token     `{feedsync}:shard-lease-token:hook.2`  the shard lease's last fencing token
 //   backlog         `{feedsync}:backlog`            hash: per sink, changes queued and not yet delivered
 //   pollers         `{feedsync}:pollers`            zset of live poll replicas, score = expiry
 //   commit stats    `{feedsync}:commit-stats`       hash: pages and slice jobs committed
@@ -177,7 +177,7 @@ export function shardLeaseKey(tag: string, sink: string, shard: number): string 
   return `${tag}:shard-lease:${sink}.${shard}`;
 }
 
-/** Counter, +1 per acquisition of the shard lease (its fencing token). */
+/** The last fencing token of the shard lease (lease-scripts.ts NEXT_TOKEN). */
 export function shardLeaseTokenKey(tag: string, sink: string, shard: number): string {
   return `${tag}:shard-lease-token:${sink}.${shard}`;
 }

@@ -1,16 +1,21 @@
-// Redis itself: killed with -9 and restarted on the same port from its AOF (everysec), or frozen
-// with SIGSTOP for longer than the source leases.
+// Redis itself: killed with -9 and restarted on the same port from its AOF (everysec) with the
+// AOF's last second of writes cut off (what a host crash before the fsync loses; a kill of the
+// process alone loses nothing, so the cut is the harder fault), or frozen with SIGSTOP for longer
+// than the source leases.
 import type { Nemesis } from '../world.js';
 
 export const redisKill: Nemesis = {
   kind: 'redis-kill',
   scenarios: ['bullmq'],
   weight: 1.5,
-  plan: (rng) => ({ target: 'redis', params: { downMs: rng.int(0, 2000) } }),
+  plan: (rng) => ({
+    target: 'redis',
+    params: { downMs: rng.int(0, 2000), cutMs: Number(process.env.FAULT_AOF_CUT_MS ?? 1000) },
+  }),
   async run(world, step) {
     const redis = world.redis!;
     const t0 = world.now();
-    await redis.kill9();
+    const cutBytes = await redis.kill9(Number(step.params.cutMs ?? 0));
     await world.sleep(Number(step.params.downMs));
     await redis.start();
     world.record({
@@ -19,7 +24,7 @@ export const redisKill: Nemesis = {
       pids: [],
       start: t0,
       end: world.now(),
-      detail: { ...step.params },
+      detail: { ...step.params, cutBytes },
     });
   },
 };
