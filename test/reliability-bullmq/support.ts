@@ -67,12 +67,16 @@ export function bullmqConfig(
  * Starts `feedsync poll|work` on `configPath`, WORKER_ID=`id` (for per-worker sink files); with
  * RB_ECHO set, their output is echoed prefixed with the id.
  */
-export function cliStarter(configPath: string): (mode: 'poll' | 'work', id: string) => CliProcess {
+export function cliStarter(
+  configPath: string,
+  cli?: string,
+): (mode: 'poll' | 'work', id: string) => CliProcess {
   return (mode, id) =>
     spawnCli([mode], {
       config: configPath,
       env: { WORKER_ID: id },
       echo: process.env.RB_ECHO ? `[${id}]` : undefined,
+      ...(cli && { cli }),
     });
 }
 
@@ -300,17 +304,16 @@ export function seededShuffle<T>(items: readonly T[], random: () => number): T[]
   return out;
 }
 
-/** A sink's backlog counters on a Redis Cluster, one per shard queue's slot. */
+/** A sink's backlog counters on a Redis Cluster, one per source's slot (its queues live there). */
 export async function clusterBacklogs(
   client: Redis,
   prefix: string,
   sink: string,
-  shards: number,
+  sources: readonly string[],
 ): Promise<number[]> {
-  const keys = KeySpace.cluster(prefix, shards);
+  const keys = KeySpace.cluster(prefix, sources, 1);
   const out: number[] = [];
-  for (let shard = 0; shard < shards; shard++)
-    out.push(Number((await client.hget(backlogKey(keys.queueTag(sink, shard)), sink)) ?? 0));
+  for (const tag of keys.queueTags) out.push(Number((await client.hget(backlogKey(tag), sink)) ?? 0));
   return out;
 }
 
@@ -323,16 +326,16 @@ export async function expectClusterBacklogDrained(
   client: Redis,
   prefix: string,
   sink: string,
-  shards: number,
+  sources: readonly string[],
   what: string,
 ): Promise<void> {
-  const counters = () => clusterBacklogs(client, prefix, sink, shards);
+  const counters = () => clusterBacklogs(client, prefix, sink, sources);
   await eventually(
     async () => (await counters()).every((n) => n === 0),
     30_000,
     `the backlog of ${sink} back at 0 ${what}`,
   ).catch(async (err: Error) => {
-    throw new Error(`${err.message}: per shard ${(await counters()).join(', ')}`);
+    throw new Error(`${err.message}: per source ${(await counters()).join(', ')}`);
   });
 }
 

@@ -47,6 +47,8 @@ export interface SpawnCliOptions {
   env?: Record<string, string | undefined>;
   /** Echo each output line to the test's stderr with this prefix (debugging aid). */
   echo?: string;
+  /** Another build's cli.js (an earlier release, test/support/release-build.ts). */
+  cli?: string;
 }
 
 export interface CliProcess {
@@ -102,7 +104,7 @@ export function writeConfig(dir: string, raw: Record<string, unknown>, name = 'f
 
 /** Spawns `node dist/cli.js [--config FILE] ...args` and starts collecting its output. */
 export function spawnCli(args: string[], opts: SpawnCliOptions = {}): CliProcess {
-  const argv = [cliPath, ...(opts.config ? ['--config', opts.config] : []), ...args];
+  const argv = [opts.cli ?? cliPath, ...(opts.config ? ['--config', opts.config] : []), ...args];
   const env: Record<string, string | undefined> = { ...process.env, ...opts.env };
   // The parent's config location must not leak into the child unless the test asks for it.
   if (!opts.env || !('FEEDSYNC_CONFIG' in opts.env)) delete env.FEEDSYNC_CONFIG;

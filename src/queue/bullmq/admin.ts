@@ -37,8 +37,10 @@ export type BullmqAdmin = QueueAdmin & { close(): Promise<void> };
 
 interface SinkQueues {
   sink: string;
-  /** The sink's shard queues, by shard. */
+  /** Every shard queue of the sink: under every queue tag, and the earlier cluster layout's. */
   shards: Queue<ChangeSlice>[];
+  /** Its shard queues by tag (names.ts KeySpace.queueTag), by shard. */
+  byTag: Map<string, Queue<ChangeSlice>[]>;
   dead: Queue<DeadChange>;
 }
 
@@ -55,19 +57,24 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
   const keys = opts.keys ?? KeySpace.single(opts.queue.prefix);
   const jobOptions = sliceJobOptions(opts.queue);
   const queuesBySink = new Map<string, SinkQueues>();
+  const openShard = (sink: string, shard: number, tag: string) => {
+    const queue = new Queue<ChangeSlice>(shardQueueName(sink, shard), { connection, prefix: tag });
+    // Failures reach callers as rejections; this only keeps BullMQ from printing each one.
+    queue.on('error', (err: Error) => logger.debug({ sink, err: errorMessage(err) }, 'queue error'));
+    return queue;
+  };
   for (const sink of opts.sinkNames) {
-    const shards = shardIndexes(opts.queue.shards).map((shard) => {
-      const queue = new Queue<ChangeSlice>(shardQueueName(sink, shard), {
-        connection,
-        prefix: keys.queueTag(sink, shard),
-      });
-      // Failures reach callers as rejections; this only keeps BullMQ from printing each one.
-      queue.on('error', (err: Error) => logger.debug({ sink, err: errorMessage(err) }, 'queue error'));
-      return queue;
-    });
+    const byTag = new Map(
+      keys.queueTags.map((tag) => [
+        tag,
+        shardIndexes(opts.queue.shards).map((shard) => openShard(sink, shard, tag)),
+      ]),
+    );
+    const legacy = keys.legacyQueueTags(sink).map((tag, shard) => openShard(sink, shard, tag));
     queuesBySink.set(sink, {
       sink,
-      shards,
+      shards: [...[...byTag.values()].flat(), ...legacy],
+      byTag,
       dead: openDeadQueue(sink, connection, keys.shared, logger),
     });
   }
@@ -198,10 +205,17 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
   function retryDead(filter: DeadLetterFilter): Promise<number> {
     return eachDead(filter, async (job, queues) => {
       const change = job.data.change;
-      const index = shardOf(change, queues.shards.length);
-      const shard = queues.shards[index]!;
+      const tag = keys.queueTag(change.source);
+      let byShard = queues.byTag.get(tag);
+      if (!byShard) {
+        // A source no longer configured (a cluster keeps queues per source): its own queues.
+        byShard = shardIndexes(opts.queue.shards).map((shard) => openShard(queues.sink, shard, tag));
+        queues.byTag.set(tag, byShard);
+        queues.shards.push(...byShard);
+      }
+      const shard = byShard[shardOf(change, byShard.length)]!;
       await shard.add('slice', { changes: [change] }, { ...jobOptions, jobId: retrySliceJobId(change) });
-      await connection.hincrby(backlogKey(keys.queueTag(queues.sink, index)), queues.sink, 1);
+      await connection.hincrby(backlogKey(tag), queues.sink, 1);
       await job.remove();
     });
   }

@@ -1,5 +1,6 @@
-// The BullMQ delivery side: one Worker per sink shard queue, delivering slices (one job = the
-// changes of one page for that sink and shard, slice.ts) to sinks; slice-delivery.ts does one job.
+// The BullMQ delivery side: one Worker per sink shard queue (on a Redis Cluster, per source too:
+// a source's queues share its hash tag, names.ts), delivering slices (one job = the changes of one
+// page for that sink and shard, slice.ts) to sinks; slice-delivery.ts does one job.
 //
 // Order. Every shard queue has GLOBAL concurrency 1, so cluster-wide at most one slice per shard
 // is in flight, a slice is delivered in feed order, and a subject always maps to the same shard:
@@ -42,7 +43,9 @@ import type { QueueConfig } from '../../config/types.js';
 import { errorMessage } from '../../core/errors.js';
 import type { PipelineEvents } from '../../core/events.js';
 import type { DeliveryRunner, SinkRuntime } from '../queue.js';
+import { sleep } from '../../backoff.js';
 import { buryFailedSlice, buryFailedSlices, openDeadQueue, type DeadChange } from './dead-letters.js';
+import { legacyQueuesPending, queuedIn } from './legacy-layout.js';
 import { settledWithin } from './hand-back.js';
 import { assertSinkName, KeySpace, shardIndexes, shardQueueName } from './names.js';
 import { closeRedis, createRedisConnection, redisEndpoint, whenReady } from './redis.js';
@@ -69,7 +72,11 @@ interface ShardWorker {
   worker: Worker<ChangeSlice>;
   /** worker.run(): settles when the worker has closed. */
   running: Promise<void>;
+  queue: Queue<ChangeSlice>;
 }
+
+/** How often `work` looks whether the queues of the earlier cluster layout have drained. */
+const LEGACY_CHECK_MS = 1_000;
 
 export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunner {
   const config = opts.queue;
@@ -170,6 +177,101 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
     await Promise.race([started, stopped]);
   }
 
+  /** A worker for one shard queue, running; undefined when stop() came first. */
+  async function openShard(
+    runtime: SinkRuntime,
+    prefix: string,
+    shard: number,
+    semaphore: Semaphore,
+    deadQueue: Queue<DeadChange>,
+    logger: Logger,
+  ): Promise<ShardWorker | undefined> {
+    const name = shardQueueName(runtime.name, shard);
+    const shardQueue = new Queue<ChangeSlice>(name, { connection: connection!, prefix });
+    shardQueue.on('error', (err: Error) =>
+      logger.debug({ queue: name, err: errorMessage(err) }, 'queue error'),
+    );
+    queues.push(shardQueue);
+    await shardQueue.setGlobalConcurrency(1);
+    // Slices failed while no worker was around to bury them (the process died first).
+    await buryFailedSlices(shardQueue, deadQueue, logger).catch((err: unknown) =>
+      logger.warn({ queue: name, err: errorMessage(err) }, 'cannot look for failed slices'),
+    );
+    if (stopRequested.signal.aborted) return undefined;
+    const ctx: SliceDeliveryContext = {
+      runtime,
+      shardQueue,
+      deadQueue,
+      config,
+      events: opts.events,
+      logger,
+      stopping: stopRequested.signal,
+      handBack: handBack.signal,
+    };
+    const worker = new Worker<ChangeSlice>(name, processorFor(ctx, shard, semaphore), {
+      connection: connection!,
+      prefix,
+      concurrency: 1,
+      autorun: false,
+      limiter: UNLIMITED,
+      // A stall (process killed mid-slice) counts like a failed attempt of the slice.
+      maxStalledCount: config.attempts,
+      // A killed worker's job blocks its whole shard (global concurrency 1) until it is found
+      // stalled. The job lock lasts as long as the shard lease (queue.lease_ttl_ms, default
+      // 15 s), so the job comes free when the lease does, and a check every half of it bounds
+      // that to ~1.5 TTL instead of BullMQ's default 30 + 30 s.
+      lockDuration: config.lease_ttl_ms,
+      stalledInterval: Math.max(500, Math.floor(config.lease_ttl_ms / 2)),
+    });
+    // Every shard's worker reports the same outage or refusal: one line, then a count.
+    worker.on('error', (err: Error) =>
+      warnRedisFailure(connection!, logger, err, { queue: name }, 'worker error'),
+    );
+    worker.on('failed', (job: Job | undefined) => {
+      if (job) void buryFailed(ctx, job);
+    });
+    const running = worker.run().catch((err: unknown) => {
+      logger.error({ queue: name, err: errorMessage(err) }, 'worker stopped with an error');
+    });
+    const started = { worker, running, queue: shardQueue };
+    shardWorkers.push(started);
+    return started;
+  }
+
+  /**
+   * Once every queue of `old` is empty, closes their workers and starts `next`: a sink's slices of
+   * the earlier cluster layout are older than anything in its new queues.
+   */
+  async function drainThen(
+    sink: string,
+    old: ShardWorker[],
+    next: () => Promise<void>,
+    logger: Logger,
+  ): Promise<void> {
+    try {
+      for (;;) {
+        if (stopRequested.signal.aborted) return;
+        const left = await Promise.all(old.map((w) => queuedIn(w.queue)));
+        if (left.every((n) => n === 0)) break;
+        await sleep(LEGACY_CHECK_MS, stopRequested.signal);
+      }
+      await Promise.all(old.map((w) => w.worker.close()));
+      logger.info(
+        { sink },
+        `sink ${sink} has delivered what the earlier cluster layout held; delivering from its new queues`,
+      );
+      await next();
+    } catch (err) {
+      if (stopRequested.signal.aborted) return;
+      logger.warn(
+        { sink, err: errorMessage(err) },
+        'cannot check the queues of the earlier cluster layout; trying again',
+      );
+      await sleep(LEGACY_CHECK_MS, stopRequested.signal);
+      return drainThen(sink, old, next, logger);
+    }
+  }
+
   async function startWorkers(): Promise<void> {
     connection = createRedisConnection(redisEndpoint(config), 'worker', opts.logger);
     leaseConnection = createRedisConnection(redisEndpoint(config), 'lock', opts.logger);
@@ -188,60 +290,42 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
       const logger = opts.logger.child({ sink: runtime.name });
       const deadQueue: Queue<DeadChange> = openDeadQueue(runtime.name, connection, keys.shared, logger);
       queues.push(deadQueue);
-      // One queue per shard; on a cluster each under its own tag (names.ts).
-      for (const shard of shardIndexes(config.shards)) {
-        const prefix = keys.queueTag(runtime.name, shard);
-        // stop() may come while we wait for Redis here: start no more workers then.
-        if (stopRequested.signal.aborted) return;
-        const name = shardQueueName(runtime.name, shard);
-        const shardQueue = new Queue<ChangeSlice>(name, { connection, prefix });
-        shardQueue.on('error', (err: Error) =>
-          logger.debug({ queue: name, err: errorMessage(err) }, 'queue error'),
-        );
-        queues.push(shardQueue);
-        await shardQueue.setGlobalConcurrency(1);
-        // Slices failed while no worker was around to bury them (the process died first).
-        await buryFailedSlices(shardQueue, deadQueue, logger).catch((err: unknown) =>
-          logger.warn({ queue: name, err: errorMessage(err) }, 'cannot look for failed slices'),
-        );
-        if (stopRequested.signal.aborted) return;
-        const ctx: SliceDeliveryContext = {
-          runtime,
-          shardQueue,
-          deadQueue,
-          config,
-          events: opts.events,
-          logger,
-          stopping: stopRequested.signal,
-          handBack: handBack.signal,
-        };
-        const worker = new Worker<ChangeSlice>(name, processorFor(ctx, shard, semaphore), {
-          connection,
-          prefix,
-          concurrency: 1,
-          autorun: false,
-          limiter: UNLIMITED,
-          // A stall (process killed mid-slice) counts like a failed attempt of the slice.
-          maxStalledCount: config.attempts,
-          // A killed worker's job blocks its whole shard (global concurrency 1) until it is found
-          // stalled. The job lock lasts as long as the shard lease (queue.lease_ttl_ms, default
-          // 15 s), so the job comes free when the lease does, and a check every half of it bounds
-          // that to ~1.5 TTL instead of BullMQ's default 30 + 30 s.
-          lockDuration: config.lease_ttl_ms,
-          stalledInterval: Math.max(500, Math.floor(config.lease_ttl_ms / 2)),
+      const open = (tag: string, shard: number) =>
+        openShard(runtime, tag, shard, semaphore, deadQueue, logger);
+      // A cluster written by an earlier release: its per-shard queues first (legacy-layout.ts).
+      const legacy = await legacyQueuesPending(keys, runtime.name, (tag, shard) => {
+        const queue = new Queue<ChangeSlice>(shardQueueName(runtime.name, shard), {
+          connection: connection!,
+          prefix: tag,
         });
-        // Every shard's worker reports the same outage or refusal: one line, then a count.
-        worker.on('error', (err: Error) =>
-          warnRedisFailure(connection, logger, err, { queue: name }, 'worker error'),
-        );
-        worker.on('failed', (job: Job | undefined) => {
-          if (job) void buryFailed(ctx, job);
-        });
-        const running = worker.run().catch((err: unknown) => {
-          logger.error({ queue: name, err: errorMessage(err) }, 'worker stopped with an error');
-        });
-        shardWorkers.push({ worker, running });
+        queue.on('error', () => undefined);
+        return queue;
+      });
+      const current = async () => {
+        // One queue per shard, under every queue tag (one on one Redis, one per source on a cluster).
+        for (const tag of keys.queueTags)
+          for (const shard of shardIndexes(config.shards)) {
+            // stop() may come while we wait for Redis here: start no more workers then.
+            if (stopRequested.signal.aborted) return;
+            await open(tag, shard);
+          }
+      };
+      if (legacy.length === 0) {
+        await current();
+        continue;
       }
+      await Promise.all(legacy.map(({ queue }) => queue.close()));
+      logger.info(
+        { queues: legacy.map((l) => `${l.tag}:${shardQueueName(runtime.name, l.shard)}`) },
+        `delivering what sink ${runtime.name} has queued in the cluster layout of an earlier release before its new queues`,
+      );
+      const old: ShardWorker[] = [];
+      for (const { tag, shard } of legacy) {
+        if (stopRequested.signal.aborted) return;
+        const started = await open(tag, shard);
+        if (started) old.push(started);
+      }
+      void drainThen(runtime.name, old, current, logger);
     }
     opts.logger.info(
       { sinks: opts.sinks.map((s) => s.name), shards: config.shards, concurrency: config.concurrency },

@@ -37,12 +37,12 @@ export async function createBullmqDriver(
   // Every connection below (the producer's, admin's and delivery's too) shares this endpoint: its
   // TLS settings and one monitor that counts, logs and remembers Redis failures for /readyz.
   const endpoint = openRedisEndpoint(config.queue, { logger, events: ctx.events });
-  // One Redis: every key under one hash tag. A Redis Cluster: one tag per source and one per
-  // sink shard (names.ts).
+  // One Redis: every key under one hash tag. A Redis Cluster: one tag per source, its shard
+  // queues included (names.ts).
   const sources = config.sources.map((s) => s.name);
   const prefix =
     multiHostKind(endpoint.url) === 'cluster'
-      ? KeySpace.cluster(config.queue.prefix, config.queue.shards)
+      ? KeySpace.cluster(config.queue.prefix, sources, config.queue.shards)
       : KeySpace.single(config.queue.prefix);
   const polls = mode === 'run' || mode === 'poll';
   const delivers = mode === 'run' || mode === 'work';

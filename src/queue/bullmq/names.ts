@@ -4,11 +4,10 @@
 // Layout, for config `prefix: feedsync`, sink `hook`, shards 4, on one Redis (standalone or Sentinel):
 //   BullMQ prefix   `{feedsync}`        the braces are a Redis Cluster hash tag: every key of
 //                                       feedsync lands in one slot, as BullMQ's docs require
-// On a Redis Cluster the tags split (KeySpace below): `{feedsync:scheduling}` holds a source's
-// state, lease, positions and page outbox; `{feedsync:sink:hook.2}` one sink shard's queue, shard
-// lease, backlog and the forwarding marks; `{feedsync}` keeps what neither owns (pollers, dead-letter
-// queues). The names below are written for one Redis; on a cluster read `{feedsync}` as the
-// source's tag where a source is named and as the shard's where a sink shard is.
+// On a Redis Cluster the tags split by source (KeySpace below): `{feedsync:scheduling}` holds
+// everything of that source — its state, lease, positions, and its own shard queues with their
+// shard leases and backlog; `{feedsync}` keeps what no source owns (pollers, dead-letter queues).
+// The names below are written for one Redis; on a cluster read `{feedsync}` as the source's tag.
 //   shard queues    `hook.0` … `hook.3` one queue per sink and shard (keys `{feedsync}:hook.2:wait`, …)
 //                                       whose jobs are slices: the changes of one page that map to
 //                                       that shard, data `{ changes: [...] }` (see slice.ts)
@@ -44,52 +43,56 @@ export function bullPrefix(prefix: string): string {
 
 /**
  * Which hash tag each key gets. One Redis: one tag for everything (the layout every earlier
- * version wrote, so nothing moves on upgrade). Redis Cluster: one tag per source (its state,
- * lease, positions and page outbox) and one per sink shard (its queue, shard lease and backlog),
- * so a cluster spreads both the sources and the deliveries over its primaries; a page then reaches
- * its shard queues through the source's outbox (outbox.ts).
+ * version wrote, so nothing moves on upgrade). Redis Cluster: one tag per source, for everything
+ * of that source: its state, lease, positions AND its shard queues, so a page commit is one MULTI
+ * in one slot, as on one Redis. A cluster spreads load by source; one source's pages and
+ * deliveries live on one primary.
  */
 export class KeySpace {
   private constructor(
     readonly prefix: string,
-    /** Redis Cluster: tags per source and per sink shard; pages go through the outbox. */
-    readonly forwards: boolean,
+    /** Redis Cluster: a tag per source, shard queues included. */
+    readonly perSource: boolean,
+    private readonly sources: readonly string[],
     private readonly shards: number,
   ) {}
 
   static single(prefix: string): KeySpace {
-    return new KeySpace(prefix, false, 1);
+    return new KeySpace(prefix, false, [], 1);
   }
 
-  static cluster(prefix: string, shards: number): KeySpace {
-    return new KeySpace(prefix, true, shardIndexes(shards).length);
+  static cluster(prefix: string, sources: readonly string[], shards: number): KeySpace {
+    return new KeySpace(prefix, true, [...sources], shardIndexes(shards).length);
   }
 
   /** The tag of everything about `source`. */
   of(source: string): string {
-    return this.forwards ? `{${this.prefix}:${source}}` : bullPrefix(this.prefix);
+    return this.perSource ? `{${this.prefix}:${source}}` : bullPrefix(this.prefix);
   }
 
-  /**
-   * The tag (BullMQ prefix) of one sink shard's queue, lease and backlog. `:sink:` keeps it apart
-   * from every source tag: source names cannot contain `:`.
-   */
-  queueTag(sink: string, shard: number): string {
-    return this.forwards ? `{${this.prefix}:sink:${shardQueueName(sink, shard)}}` : bullPrefix(this.prefix);
+  /** The tag (BullMQ prefix) of the shard queues `source`'s pages go to: shared on one Redis. */
+  queueTag(source: string): string {
+    return this.of(source);
   }
 
-  /** The tag of keys no source or shard owns: poll replicas, dead-letter queues. */
+  /** The tag of keys no source owns: poll replicas, dead-letter queues. */
   get shared(): string {
     return bullPrefix(this.prefix);
   }
 
-  /** The tags of the sinks' shard queues, each with the sinks whose queues it holds. */
-  queueTags(sinks: readonly string[]): Map<string, string[]> {
-    if (!this.forwards) return new Map([[this.shared, [...sinks]]]);
-    const out = new Map<string, string[]>();
-    for (const sink of sinks)
-      for (const shard of shardIndexes(this.shards)) out.set(this.queueTag(sink, shard), [sink]);
-    return out;
+  /** Every tag holding shard queues: one on one Redis, one per configured source on a cluster. */
+  get queueTags(): string[] {
+    return this.perSource ? this.sources.map((source) => this.of(source)) : [this.shared];
+  }
+
+  /**
+   * The cluster layout of earlier releases: a tag per sink shard (`{prefix:sink:<sink>.<shard>}`),
+   * fed from a per-source page outbox. A new release drains those queues before it delivers the
+   * same sink shard from the new ones (delivery.ts, legacy-layout.ts). None on one Redis.
+   */
+  legacyQueueTags(sink: string): string[] {
+    if (!this.perSource) return [];
+    return shardIndexes(this.shards).map((shard) => `{${this.prefix}:sink:${shardQueueName(sink, shard)}}`);
   }
 }
 
@@ -211,26 +214,11 @@ export function parkedIdsKey(keys: Keys, source: string, sink: string): string {
 }
 
 /**
- * List: the pages committed and not yet forwarded to their shard queues (Redis Cluster only,
- * outbox.ts), each `<seq> <entry JSON>`, oldest first.
+ * List (the cluster layout of earlier releases): pages committed and not yet forwarded to their shard queues,
+ * each `<seq> <entry JSON>`, oldest first. Read once, by legacy-layout.ts, and emptied.
  */
-export function outboxKey(keys: Keys, source: string): string {
+export function legacyOutboxKey(keys: Keys, source: string): string {
   return `${tagOf(keys, source)}:outbox:${source}`;
-}
-
-/** Counter: the outbox entries' sequence numbers. */
-export function outboxSeqKey(keys: Keys, source: string): string {
-  return `${tagOf(keys, source)}:outbox-seq:${source}`;
-}
-
-/** Zset in a shard queue's slot: the outbox entries of `source` forwarded there, score = seq. */
-export function forwardedKey(queueTag: string, source: string): string {
-  return `${queueTag}:forwarded:${source}`;
-}
-
-/** In a shard queue's slot: the highest source-lease token that forwarded `source`'s pages there. */
-export function forwardTokenKey(queueTag: string, source: string): string {
-  return `${queueTag}:forward-token:${source}`;
 }
 
 /** Hash: sink → what its catch-ups found lost upstream (JSON {count, ids, at}). */

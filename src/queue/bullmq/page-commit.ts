@@ -12,9 +12,8 @@
 // script that first checks every job of the page exists: a failed add leaves the cursor where it
 // was (the jobs that did get in are no-ops when the page is read again, their ids being the same).
 //
-// On a Redis Cluster the shard queues are in other slots (names.ts): there the same script puts
-// the page's slices into the source's outbox instead, and the commit resolves once they have been
-// forwarded to their queues (outbox.ts).
+// On a Redis Cluster every key of a source, its shard queues included, shares the source's hash
+// tag (names.ts): the same MULTI, in one slot.
 //
 // WATCH is per connection, and any EXEC on it clears it: this module owns its connection and runs
 // one commit at a time on it.
@@ -31,13 +30,10 @@ import {
   knownSinksKey,
   laggingKey,
   lostKey,
-  outboxKey,
-  outboxSeqKey,
   parkedIdsKey,
   sourceStateKey,
   type Keys,
 } from './names.js';
-import { createOutboxForwarder, outboxEntry } from './outbox.js';
 import { nodeForKey, unwatchKey } from './redis.js';
 import { awaitReplicas } from './replication.js';
 import { defineScripts, luaScript, queueScript, reconnectIfFlushed } from './scripts.js';
@@ -45,11 +41,10 @@ import { SliceJob, type ChangeSlice } from './slice.js';
 import { cursorFields, parseSeen } from './source-state.js';
 
 // KEYS: state hash, stats hash, lease key, backlog hash, lagging-sinks hash, known-sinks hash,
-// outbox, outbox counter, the parked-ids set of every sink passed (ARGV[6].pass order), then the
-// job hash of every slice. ARGV: cursor, seen_above, now, the lease value ('' when unfenced), the
-// changes queued per sink (JSON; counted in the backlog here unless forwarded), the sinks this page
-// parks (sink → its lagging entry) and passes (their ids) as JSON, the outbox entry ('' for none),
-// the number of slices.
+// the parked-ids set of every sink passed (ARGV[6].pass order), then the job hash of every slice.
+// ARGV: cursor, seen_above, now, the lease value ('' when unfenced), the changes queued per sink
+// (JSON; counted in the backlog here), the sinks this page parks (sink → its lagging entry) and
+// passes (their ids) as JSON, the number of slices.
 // The lease is checked again here, inside the transaction, besides the WATCH: whatever happens to
 // the connection, a cursor moves only under the lease that read the page. The backlog counts
 // changes (not slices) per sink, so `max_backlog`, `status` and the metrics mean the same thing
@@ -61,7 +56,7 @@ if ARGV[4] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[4] then
   return redis.error_reply('FENCED the source lease is no longer ours; cursor not moved')
 end
 local lag = cjson.decode(ARGV[6])
-local jobs = 9 + #lag.pass
+local jobs = 7 + #lag.pass
 for i = jobs, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 0 then
     return redis.error_reply('job ' .. KEYS[i] .. ' of the page is missing; cursor not moved')
@@ -75,14 +70,13 @@ for sink, entry in pairs(lag.park) do
 end
 for i, sink in ipairs(lag.pass) do
   local ids = lag.ids[i]
-  if #ids > 0 and redis.call('SCARD', KEYS[8 + i]) < lag.max then
-    for j = 1, #ids, 1000 do redis.call('SADD', KEYS[8 + i], unpack(ids, j, math.min(j + 999, #ids))) end
+  if #ids > 0 and redis.call('SCARD', KEYS[6 + i]) < lag.max then
+    for j = 1, #ids, 1000 do redis.call('SADD', KEYS[6 + i], unpack(ids, j, math.min(j + 999, #ids))) end
   end
 end
-if ARGV[7] ~= '' then redis.call('RPUSH', KEYS[7], redis.call('INCR', KEYS[8]) .. ' ' .. ARGV[7]) end
 redis.call('HSET', KEYS[1], 'cursor', ARGV[1], 'seen_above', ARGV[2], 'updated_at', ARGV[3])
 redis.call('HINCRBY', KEYS[2], 'pages', 1)
-redis.call('HINCRBY', KEYS[2], 'slices', ARGV[8])
+redis.call('HINCRBY', KEYS[2], 'slices', ARGV[7])
 for sink, n in pairs(cjson.decode(ARGV[5])) do
   if n > 0 then redis.call('HINCRBY', KEYS[4], sink, n) end
 end
@@ -90,10 +84,10 @@ return 1`,
 );
 
 // One catch-up page of one sink (sink-positions.ts). KEYS: lease key, known-sinks hash,
-// lagging-sinks hash, the sink's parked-ids set, backlog hash, lost-upstream hash, outbox, outbox
-// counter, then the job hash of every slice. ARGV: the lease value, sink, generation, its new
-// lagging entry, '1' to rejoin the shared stream, the ids it saw (JSON), the changes queued (counted
-// in the backlog here unless forwarded), now, the lost ids kept, the outbox entry ('' for none).
+// lagging-sinks hash, the sink's parked-ids set, backlog hash, lost-upstream hash, then the job
+// hash of every slice. ARGV: the lease value, sink, generation, its new lagging entry, '1' to
+// rejoin the shared stream, the ids it saw (JSON), the changes queued (counted in the backlog
+// here), now, the lost ids kept.
 // Refused unless the sink is still lagging with that generation (a replay moved it). Returns, on
 // rejoining, the parked ids never seen again.
 const CATCH_UP = luaScript(
@@ -105,12 +99,11 @@ end
 if redis.call('HGET', KEYS[2], ARGV[2]) ~= ARGV[3] or redis.call('HEXISTS', KEYS[3], ARGV[2]) == 0 then
   return redis.error_reply('REFUSED the sink was moved meanwhile; catch-up not committed')
 end
-for i = 9, #KEYS do
+for i = 7, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 0 then
     return redis.error_reply('job ' .. KEYS[i] .. ' of the page is missing; position not moved')
   end
 end
-if ARGV[10] ~= '' then redis.call('RPUSH', KEYS[7], redis.call('INCR', KEYS[8]) .. ' ' .. ARGV[10]) end
 local ids = cjson.decode(ARGV[6])
 for j = 1, #ids, 1000 do redis.call('SREM', KEYS[4], unpack(ids, j, math.min(j + 999, #ids))) end
 if tonumber(ARGV[7]) > 0 then redis.call('HINCRBY', KEYS[5], ARGV[2], ARGV[7]) end
@@ -204,12 +197,11 @@ function baseJobId(jobId: string): string {
 export interface PageCommitter {
   /**
    * 'committed', or 'already' when Redis holds this very cursor already (a late earlier try); a
-   * catch-up page that rejoined the shared stream: the parked ids never seen again. On a Redis
-   * Cluster it resolves once the page is in its queues too (forwarded from the outbox).
+   * catch-up page that rejoined the shared stream: the parked ids never seen again.
    */
   commit(plan: PagePlan, fence: LeaseFence | undefined): Promise<'committed' | 'already' | number[]>;
-  /** Forwards what the source's outbox still holds (a previous holder's); nothing on one Redis. */
-  forward(source: string, fence: LeaseFence | undefined): Promise<void>;
+  /** Runs `work` alone on the commit connection, between commits (a WATCH is per connection). */
+  exclusive<T>(work: () => Promise<T>): Promise<T>;
 }
 
 export function createPageCommitter(opts: {
@@ -217,35 +209,18 @@ export function createPageCommitter(opts: {
   connection: Redis;
   /** Where the keys are (a bare queue.prefix: one Redis). */
   keys: Keys;
-  /** A sink shard's queue on `connection` (forwarding from the outbox on a Redis Cluster). */
-  queueOf(sink: string, shard: number): Queue<ChangeSlice>;
-  /** How long forwarded pages stay in the outbox (default outbox.ts DROP_AFTER_MS). */
-  outboxDropAfterMs?: number;
   jobOptions: Record<string, unknown>;
   /** queue.min_replicas_acked: WAIT for this many replicas after each commit (replication.ts). */
   minReplicasAcked?: number;
 }): PageCommitter {
   const { connection } = opts;
   const prefix = keySpace(opts.keys);
-  const forwards = prefix.forwards;
   const minReplicas = opts.minReplicasAcked ?? 0;
   // A reconnect between WATCH and EXEC would drop the WATCH silently: count connections, and give
   // up a commit whose connection changed underneath it (the poller retries the page).
   let connections = 0;
   connection.on('ready', () => connections++);
   let chain: Promise<unknown> = Promise.resolve();
-  const forwarder = forwards
-    ? createOutboxForwarder({
-        connection,
-        keys: prefix,
-        queueOf: opts.queueOf,
-        jobOptions: opts.jobOptions,
-        minReplicasAcked: minReplicas,
-        connectionEpoch: () => connections,
-        fenced: (source, detail) => new LeaseFencedError(source, detail),
-        ...(opts.outboxDropAfterMs !== undefined && { dropAfterMs: opts.outboxDropAfterMs }),
-      })
-    : undefined;
 
   async function commitOnce(
     plan: PagePlan,
@@ -257,9 +232,7 @@ export function createPageCommitter(opts: {
     const knownKey = knownSinksKey(prefix, plan.source);
     const catchUp = plan.catchUp;
     // The BullMQ-aware client: its MULTI knows the job scripts. Every plan queue shares `connection`.
-    const client = (
-      plan.slices[0] && !forwards ? await plan.slices[0].queue.backend.client : connection
-    ) as Redis;
+    const client = (plan.slices[0] ? await plan.slices[0].queue.backend.client : connection) as Redis;
     // Taken once connected (awaiting the client may have waited for the first 'ready').
     const epoch = connections;
     // WATCH, the fence check and the "already committed" check go out together: one round trip.
@@ -344,15 +317,8 @@ export function createPageCommitter(opts: {
       defineScripts(client, WRITE_CURSOR, CATCH_UP);
       const tx = client.multi() as unknown as ChainableCommander;
       const adds: Promise<unknown>[] = [];
-      const outbox =
-        forwards && plan.slices.length
-          ? outboxEntry(
-              plan.slices.map(({ sink, shard, jobId, changes }) => ({ sink, shard, jobId, changes })),
-            )
-          : '';
-      // Forwarded: the backlog is counted where the slices land, by the forwarder.
-      const counted = forwards ? {} : plan.queued;
-      for (const slice of forwards ? [] : plan.slices) {
+      const counted = plan.queued;
+      for (const slice of plan.slices) {
         const job = new SliceJob(
           slice.queue,
           'slice',
@@ -364,7 +330,7 @@ export function createPageCommitter(opts: {
         adds.push(job.addJob(tx as never));
       }
       await Promise.all(adds);
-      const jobKeys = forwards ? [] : plan.slices.map((slice) => slice.queue.toKey(slice.jobId));
+      const jobKeys = plan.slices.map((slice) => slice.queue.toKey(slice.jobId));
       if (catchUp) {
         const { sink, entry } = catchUp;
         queueScript(
@@ -377,8 +343,6 @@ export function createPageCommitter(opts: {
             parkedIdsKey(prefix, plan.source, sink),
             backlogKey(tag),
             lostKey(prefix, plan.source),
-            outboxKey(prefix, plan.source),
-            outboxSeqKey(prefix, plan.source),
             ...jobKeys,
           ],
           [
@@ -391,7 +355,6 @@ export function createPageCommitter(opts: {
             String(counted[sink] ?? 0),
             String(Date.now()),
             String(LOST_IDS_KEPT),
-            outbox,
           ],
         );
       } else {
@@ -421,8 +384,6 @@ export function createPageCommitter(opts: {
             backlogKey(tag),
             laggingKey(prefix, plan.source),
             knownKey,
-            outboxKey(prefix, plan.source),
-            outboxSeqKey(prefix, plan.source),
             ...pass.map((sink) => parkedIdsKey(prefix, plan.source, sink)),
             ...jobKeys,
           ],
@@ -433,7 +394,6 @@ export function createPageCommitter(opts: {
             fence?.value ?? '',
             JSON.stringify(counted),
             JSON.stringify(lagArg),
-            outbox,
             String(plan.slices.length),
           ],
         );
@@ -508,14 +468,8 @@ export function createPageCommitter(opts: {
 
   return {
     commit(plan, fence) {
-      return serialized(async () => {
-        const outcome = await commitOnce(plan, fence);
-        await forwarder?.forward(plan.source, fence);
-        return outcome;
-      });
+      return serialized(() => commitOnce(plan, fence));
     },
-    async forward(source, fence) {
-      if (forwarder) await serialized(() => forwarder.forward(source, fence));
-    },
+    exclusive: serialized,
   };
 }

@@ -40,6 +40,7 @@ import {
   type PagePlan,
   type PlannedSlice,
 } from './page-commit.js';
+import { createLegacyOutboxMigration } from './legacy-layout.js';
 import { readLagging } from './positions-admin.js';
 import { closeRedis, createRedisConnection, redisEndpoint, whenReady } from './redis.js';
 import { sliceJobId, sliceJobOptions, type ChangeSlice } from './slice.js';
@@ -60,8 +61,6 @@ export interface BullmqProducerOptions {
   keys?: KeySpace;
   /** Give up on a page after this long (default 10 s); see commitPage. */
   addTimeoutMs?: number;
-  /** Redis Cluster: how long forwarded pages stay in the outbox (default outbox.ts DROP_AFTER_MS). */
-  outboxDropAfterMs?: number;
   events?: PipelineEvents;
 }
 
@@ -147,31 +146,32 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     ? opts.connection.duplicate()
     : createRedisConnection(redisEndpoint(config), 'producer', opts.logger);
   const opened: Queue<ChangeSlice>[] = [];
-  const openQueue = (sink: string, shard: number, on: Redis) => {
-    const queue = new Queue<ChangeSlice>(shardQueueName(sink, shard), {
-      connection: on,
-      prefix: keys.queueTag(sink, shard),
-    });
+  const openQueue = (tag: string, sink: string, shard: number, on: Redis) => {
+    const queue = new Queue<ChangeSlice>(shardQueueName(sink, shard), { connection: on, prefix: tag });
     // Errors also surface as commitPage rejections; this only keeps them from being unhandled.
     queue.on('error', (err: Error) => opts.logger.debug({ sink, err: errorMessage(err) }, 'queue error'));
     opened.push(queue);
     return queue;
   };
-  /** A sink's shard queues: for counting, and the same on the commit connection. */
+  /** A sink's shard queues under one tag: for counting, and the same on the commit connection. */
   interface SinkQueues {
     queues: Queue<ChangeSlice>[];
     commitQueues: Queue<ChangeSlice>[];
   }
   const sinks = opts.sinks.map((sink) => {
-    let q: SinkQueues | undefined;
+    const byTag = new Map<string, SinkQueues>();
     return {
       ...sink,
-      /** Opened on first use (after both connections are ready, see queuesOpen). */
-      get shardQueues(): SinkQueues {
-        q ??= {
-          queues: shards.map((shard) => openQueue(sink.name, shard, connection)),
-          commitQueues: shards.map((shard) => openQueue(sink.name, shard, commitConnection)),
-        };
+      /** Its shard queues under `tag` (names.ts KeySpace), opened on first use (see queuesOpen). */
+      queuesAt(tag: string): SinkQueues {
+        let q = byTag.get(tag);
+        if (!q) {
+          q = {
+            queues: shards.map((shard) => openQueue(tag, sink.name, shard, connection)),
+            commitQueues: shards.map((shard) => openQueue(tag, sink.name, shard, commitConnection)),
+          };
+          byTag.set(tag, q);
+        }
         return q;
       },
     };
@@ -181,34 +181,16 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     keys,
     jobOptions,
     minReplicasAcked: config.min_replicas_acked,
-    ...(opts.outboxDropAfterMs !== undefined && { outboxDropAfterMs: opts.outboxDropAfterMs }),
-    queueOf(sink, shard) {
-      const found = sinks.find((s) => s.name === sink);
-      if (found && shard < shards.length) return found.shardQueues.commitQueues[shard]!;
-      return formerQueue(sink, shard);
-    },
   });
-
-  // The outbox keeps pages for seconds after forwarding them, so right after a restart that
-  // removed a sink or lowered queue.shards it still holds slices addressed to queues the config no
-  // longer has. They go (or, already there, are checked) exactly where their page committed them,
-  // as on one Redis, where such slices were in those queues already: refusing them would stop the
-  // whole source. Nothing delivers them until the sink or shard is back.
-  const former = new Map<string, Queue<ChangeSlice>>();
-  function formerQueue(sink: string, shard: number): Queue<ChangeSlice> {
-    const name = shardQueueName(sink, shard);
-    let queue = former.get(name);
-    if (!queue) {
-      opts.logger.warn(
-        { sink, shard },
-        `the page outbox holds slices for queue ${name}, which the config no longer has: ` +
-          'they are put there, where no worker takes them until the sink or shard is configured again',
-      );
-      queue = openQueue(sink, shard, commitConnection);
-      former.set(name, queue);
-    }
-    return queue;
-  }
+  const legacy = createLegacyOutboxMigration({
+    connection: commitConnection,
+    keys,
+    jobOptions,
+    logger: opts.logger,
+    exclusive: (work) => committer.exclusive(work),
+    queuesOf: (source, sink) =>
+      sinks.find((s) => s.name === sink)?.queuesAt(keys.queueTag(source)).commitQueues,
+  });
 
   /**
    * Both connections ready, then every queue opened, once: they have no offline queue, and BullMQ
@@ -224,7 +206,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
         opening = undefined;
         throw noAnswer(addTimeoutMs);
       }
-      for (const sink of sinks) void sink.shardQueues;
+      for (const sink of sinks) for (const tag of keys.queueTags) sink.queuesAt(tag);
     });
     return opening;
   }
@@ -319,7 +301,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
 
   /** The slices of one sink's changes: grouped by shard, feed order kept inside each shard. */
   function planSlices(sink: (typeof sinks)[number], source: string, changes: Change[]): PlannedSlice[] {
-    const queues = sink.shardQueues.commitQueues;
+    const queues = sink.queuesAt(keys.queueTag(source)).commitQueues;
     const perShard = new Map<number, Change[]>();
     for (const change of changes) {
       const shard = shardOf(change, queues.length);
@@ -419,10 +401,10 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
 
   async function laggingSinks(source: string): Promise<LaggingSink[]> {
     const client = await queueClient();
-    // Between its commits the holder also forwards what its source's outbox still holds (a
-    // previous holder's pages, on a Redis Cluster): an idle feed commits nothing that would.
+    // A cluster written by an earlier release may hold pages in this source's outbox: they go to
+    // its queues before anything else of it (legacy-layout.ts); once per source, nothing after.
     const fence = opts.leases?.fence(source);
-    if (fence || !opts.leases) await forwardOutbox(source, fence);
+    if (fence || !opts.leases) await legacy.migrate(source, fence);
     const lagging = await readLagging(client, keys, source, opts.sinks);
     for (const lag of lagging) {
       if (lag.backlog < catchUpWindow(lag.bound)) continue;
@@ -432,8 +414,10 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
       const sink = sinks.find((s) => s.name === lag.sink);
       if (!sink) continue;
       let empty = true;
-      for (const [tag, queues] of byTag(sink.name, sink.shardQueues.queues))
-        empty = (await zeroIfEmpty(client, backlogKey(tag), queues, lag.sink)) !== undefined && empty;
+      for (const tag of keys.queueTags)
+        empty =
+          (await zeroIfEmpty(client, backlogKey(tag), sink.queuesAt(tag).queues, lag.sink)) !== undefined &&
+          empty;
       if (empty) lag.backlog = 0;
     }
     if (Date.now() - countersCheckedAt >= COUNTER_CHECK_MS) {
@@ -449,17 +433,15 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
   }
 
   /**
-   * The backlog counters are kept by commits, forwards and workers, and a few faults leave one
-   * off what is really queued (a worker killed at the wrong moment, a Redis that lost its last
-   * second, a shard queue's slot migrated online on a cluster: measured in
-   * test/reliability-bullmq/cluster.test.ts). A counter whose queues hold nothing is set to 0,
-   * so a drift lasts until the sink has drained at the most.
+   * The backlog counters are kept by commits and workers, and a few faults may leave one off what
+   * is really queued (a `dlq retry` killed between its add and its count). A counter whose queues
+   * hold nothing is set to 0, so a drift lasts until the sink has drained at the most.
    */
   let countersCheckedAt = 0;
   async function zeroDrainedCounters(client: Redis): Promise<void> {
     for (const sink of sinks)
-      for (const [tag, queues] of byTag(sink.name, sink.shardQueues.queues)) {
-        const before = await zeroIfEmpty(client, backlogKey(tag), queues, sink.name);
+      for (const tag of keys.queueTags) {
+        const before = await zeroIfEmpty(client, backlogKey(tag), sink.queuesAt(tag).queues, sink.name);
         if (before)
           opts.logger.warn(
             { sink: sink.name, tag, counted: before },
@@ -499,41 +481,10 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     return backfilled;
   }
 
-  /** A sink's shard queues by the tag they live under (one tag on one Redis). */
-  function byTag(sink: string, queues: Queue<ChangeSlice>[]): Map<string, Queue<ChangeSlice>[]> {
-    const out = new Map<string, Queue<ChangeSlice>[]>();
-    queues.forEach((queue, shard) => {
-      const tag = keys.queueTag(sink, shard);
-      out.set(tag, [...(out.get(tag) ?? []), queue]);
-    });
-    return out;
-  }
-
-  /** The outbox forwarded within addTimeoutMs, errors handled as a commit's. */
-  async function forwardOutbox(source: string, fence: LeaseFence | undefined): Promise<void> {
-    if (!keys.forwards) return;
-    const result = await withDeadline(
-      committer.forward(source, fence).then(
-        () => ({ ok: true as const }),
-        (reason: unknown) => ({ ok: false as const, reason }),
-      ),
-      addTimeoutMs,
-    );
-    if (result?.ok) return;
-    const reason = result ? result.reason : noAnswer(addTimeoutMs);
-    if (reason instanceof LeaseFencedError) opts.leases?.markLost(source, reason.message);
-    else if (!result) commitConnection.disconnect(true);
-    throw new FeedsyncError(
-      `cannot forward the queued pages of source ${source} to their shard queues: ${errorMessage(reason)}`,
-      true,
-      { cause: reason },
-    );
-  }
-
   /** A queue's client: it waits for the first connection, as the commits do. */
   async function queueClient(): Promise<Redis> {
     await queuesOpen();
-    const first = sinks[0]?.shardQueues.queues[0];
+    const first = sinks[0]?.queuesAt(keys.queueTags[0]!).queues[0];
     return first ? ((await first.backend.client) as unknown as Redis) : connection;
   }
 
