@@ -411,7 +411,7 @@ describe('a user missing one command the poller needs (EVAL)', () => {
     expect(unready.status).toBe(503);
     const body = (await unready.json()) as { reasons: string[] };
     expect(body.reasons.join('\n')).toMatch(
-      /check "redis" failed: redis noperm \(lock connection, EVAL\): NOPERM .*'eval' command; the Redis user lacks a permission: see docs\/scaled-mode\.md#redis-acl/,
+      /check "redis" failed: redis noperm \(lock connection, EVAL(?:SHA)?\): NOPERM .*'eval' command; the Redis user lacks a permission: see docs\/scaled-mode\.md#redis-acl/,
     );
 
     await admin.call('ACL', 'SETUSER', 'lacking', '+eval');

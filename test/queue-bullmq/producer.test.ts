@@ -1,8 +1,10 @@
 import { Redis } from 'ioredis';
-import { Job } from 'bullmq';
+import { Job, Queue } from 'bullmq';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { PipelineEvents } from '../../src/core/events.js';
+import { buryFailedSlice, openDeadQueue } from '../../src/queue/bullmq/dead-letters.js';
 import { createBullmqDelivery } from '../../src/queue/bullmq/delivery.js';
+import type { ChangeSlice } from '../../src/queue/bullmq/slice.js';
 import { createBullmqProducer, type BullmqProducer } from '../../src/queue/bullmq/producer.js';
 import { PositionLost, type DeliveryRunner } from '../../src/queue/queue.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
@@ -189,26 +191,36 @@ describe('bullmq producer', () => {
       expect(await maxBacklogIn(config)).toBe(queuedChanges);
     }
   });
-  it("sets a drifted backlog counter to 0 once the sink's queues hold nothing, not before", async () => {
-    const config = queueConfig(redis.url, { shards: 2 });
+  it('a buried slice leaves the backlog once, even when its burial is done again after a crash', async () => {
+    const config = queueConfig(redis.url, { shards: 1 });
     const backlog = `{${config.prefix}}:backlog`;
-    // Queued but not delivered: a counter that says more is left alone while the queue holds jobs.
-    const busy = producerFor(config, [{ name: 'busy' }, { name: 'idle' }]);
-    await busy.commitPage({
+    const producer = producerFor(config, [{ name: 'file' }]);
+    await producer.commitPage({
       source: 'scheduling',
       changes: range(1, 10).map((id) => makeChange(id)),
       cursor: 10,
       seenAbove: [],
     });
-    await inspector.hset(backlog, 'busy', 25);
-    await inspector.hset(backlog, 'idle', 0);
-    // Its queues drained, a counter off either way (a worker killed between delivery and its
-    // progress write; an online slot migration) goes back to 0.
-    await inspector.del(...(await inspector.keys(`{${config.prefix}}:idle.*`)));
-    await inspector.hset(backlog, 'idle', -7);
-    await busy.laggingSinks('scheduling');
-    expect(await inspector.hget(backlog, 'busy')).toBe('25');
-    expect(await inspector.hget(backlog, 'idle')).toBe('0');
+    expect(await inspector.hget(backlog, 'file')).toBe('10');
+    const connection = new Redis(redis.url, { maxRetriesPerRequest: null });
+    const shard = new Queue<ChangeSlice>('file.0', { connection, prefix: `{${config.prefix}}` });
+    const dead = openDeadQueue('file', connection, `{${config.prefix}}`, silentLogger);
+    cleanups.push(async () => {
+      await shard.close();
+      await dead.close();
+      connection.disconnect();
+    });
+    const [job] = await shard.getJobs(['wait']);
+    // The first burial dies after counting, before the job is removed; the next look buries it again.
+    const crashing = Object.assign(Object.create(Object.getPrototypeOf(job)) as Job, job, {
+      remove: () => Promise.reject(new Error('killed')),
+    });
+    await expect(buryFailedSlice(crashing, dead, shard)).rejects.toThrow('killed');
+    expect(await inspector.hget(backlog, 'file')).toBe('0');
+    await buryFailedSlice((await shard.getJob(job!.id!))!, dead, shard);
+    expect(await inspector.hget(backlog, 'file'), 'counted out once').toBe('0');
+    expect(await shard.getJob(job!.id!), 'the slice is gone').toBeUndefined();
+    expect(await dead.count(), 'every change a dead letter once').toBe(10);
   });
 
   it('re-adding the same page (crash replay) creates no duplicate job and no duplicate delivery', async () => {

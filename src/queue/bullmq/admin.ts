@@ -1,7 +1,7 @@
 // `status` and `dlq` for the BullMQ driver. A sink's queue numbers are summed over its shard
 // queues; its dead letters are the jobs of its dead queue `<sink>.dead`, one per change.
-import { Queue, type Job } from 'bullmq';
-import type { Redis } from 'ioredis';
+import { Job, Queue } from 'bullmq';
+import type { ChainableCommander, Redis } from 'ioredis';
 import { pino, type Logger } from 'pino';
 import type { QueueConfig } from '../../config/types.js';
 import { FeedsyncError, errorMessage } from '../../core/errors.js';
@@ -214,8 +214,24 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
         queues.shards.push(...byShard);
       }
       const shard = byShard[shardOf(change, byShard.length)]!;
-      await shard.add('slice', { changes: [change] }, { ...jobOptions, jobId: retrySliceJobId(change) });
-      await connection.hincrby(backlogKey(tag), queues.sink, 1);
+      // Queued and counted in one transaction (one slot): the backlog stays exact.
+      const client = (await shard.backend.client) as unknown as Redis;
+      const tx = client.multi() as unknown as ChainableCommander;
+      const jobId = retrySliceJobId(change);
+      await new Job<ChangeSlice>(
+        shard,
+        'slice',
+        { changes: [change] },
+        { ...jobOptions, jobId },
+        jobId,
+      ).addJob(tx as never);
+      tx.hincrby(backlogKey(tag), queues.sink, 1);
+      const failed = ((await tx.exec()) ?? []).find(([err]) => err);
+      if (failed)
+        throw new FeedsyncError(
+          `cannot queue dead letter ${change.key} again: ${errorMessage(failed[0])}`,
+          true,
+        );
       await job.remove();
     });
   }

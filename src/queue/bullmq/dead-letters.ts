@@ -9,6 +9,7 @@ import { errorMessage } from '../../core/errors.js';
 import type { Change } from '../../core/change.js';
 import { progressOf } from './attempts.js';
 import { backlogKey, deadQueueName, jobIdForKey } from './names.js';
+import { luaScript, runScript } from './scripts.js';
 import { changesOf } from './slice.js';
 
 export interface DeadChange {
@@ -30,6 +31,17 @@ export function openDeadQueue(
   queue.on('error', (err: Error) => logger.debug({ sink, err: errorMessage(err) }, 'dead queue error'));
   return queue;
 }
+
+// KEYS: a failed slice's job hash, its shard's backlog hash. ARGV: the sink, the changes buried.
+// The job keeps a mark, so its changes leave the backlog once.
+const COUNT_OUT = luaScript(
+  'count_out_buried',
+  `
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], 'feedsyncBuried') == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'feedsyncBuried', '1')
+redis.call('HINCRBY', KEYS[2], ARGV[1], -tonumber(ARGV[2]))
+return 1`,
+);
 
 /** Durable once resolved. A change already dead in this sink is left as it is (same job id). */
 export async function buryChanges(dead: Queue<DeadChange>, entries: DeadChange[]): Promise<void> {
@@ -57,8 +69,8 @@ export function undeliveredOf(job: Job): Change[] {
 export async function buryFailedSlice(
   job: Job,
   dead: Queue<DeadChange>,
-  /** The BullMQ prefix of the job's shard queue, whose tag holds the backlog it counted in. */
-  tag: string,
+  /** The job's shard queue: its tag holds the backlog the job counted in. */
+  shard: Queue,
 ): Promise<Change[]> {
   const changes = undeliveredOf(job);
   const attempts = Math.max(progressOf(job).attempts, job.stalledCounter ?? 0, job.attemptsMade ?? 0, 1);
@@ -68,13 +80,19 @@ export async function buryFailedSlice(
     dead,
     changes.map((change) => ({ change, error, attempts, failedAt })),
   );
-  await job.remove();
-  // They leave the sink's backlog (page-commit.ts) for its dead letters.
+  // They leave the sink's backlog (page-commit.ts) for its dead letters, once however often the
+  // bury is done again (a crash before the job's removal).
   if (changes.length > 0) {
     const sink = dead.name.slice(0, -'.dead'.length);
-    const client = (await dead.backend.client) as unknown as Redis;
-    await client.hincrby(backlogKey(tag), sink, -changes.length);
+    const client = (await shard.backend.client) as unknown as Redis;
+    await runScript(
+      client,
+      COUNT_OUT,
+      [shard.toKey(job.id!), backlogKey(shard.opts.prefix ?? '')],
+      [sink, String(changes.length)],
+    );
   }
+  await job.remove();
   return changes;
 }
 
@@ -103,7 +121,7 @@ export async function buryFailedSlices(
         skipped++;
         continue;
       }
-      buried += (await buryFailedSlice(job, dead, shard.opts.prefix ?? '')).length;
+      buried += (await buryFailedSlice(job, dead, shard)).length;
     }
     if (page.length < FAILED_PAGE) return buried;
   }

@@ -143,7 +143,7 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
   /** A slice BullMQ failed itself: its undelivered changes become dead letters (see above). */
   async function buryFailed(ctx: SliceDeliveryContext, job: Job): Promise<void> {
     try {
-      const buried = await buryFailedSlice(job, ctx.deadQueue, ctx.shardQueue.opts.prefix ?? '');
+      const buried = await buryFailedSlice(job, ctx.deadQueue, ctx.shardQueue);
       if (buried.length)
         opts.events.emit('delivery:finished', {
           sink: ctx.runtime.name,

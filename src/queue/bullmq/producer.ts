@@ -19,12 +19,11 @@ import {
   type LaggingSink,
   type PageCommit,
 } from '../queue.js';
-import { CatchUpRefused, catchUpWindow, reportParked, type ProducerSink } from '../sink-positions.js';
+import { CatchUpRefused, reportParked, type ProducerSink } from '../sink-positions.js';
 import type { LeaseFence, RedisSourceLeases } from './lease.js';
 import { readBacklogs } from './backlog.js';
 import {
   assertSinkName,
-  backlogKey,
   KeySpace,
   knownSinksKey,
   laggingKey,
@@ -65,45 +64,6 @@ export interface BullmqProducerOptions {
 }
 
 export type BullmqProducer = ChangeQueue & { close(): Promise<void> };
-
-// Whether a sink's shard queues hold nothing to deliver; if so its backlog counter is set to 0 in
-// the same step. KEYS: the backlog hash, then per shard queue its wait, paused, active, delayed,
-// prioritized and waiting-children keys. ARGV: the sink. Returns {0}, or {1, the counter before}.
-const QUEUES_EMPTY = luaScript(
-  'queues_empty',
-  `
-for i = 2, #KEYS do
-  local t = redis.call('TYPE', KEYS[i]).ok
-  if (t == 'list' and redis.call('LLEN', KEYS[i]) > 0) or (t == 'zset' and redis.call('ZCARD', KEYS[i]) > 0) then
-    return {0}
-  end
-end
-local before = redis.call('HGET', KEYS[1], ARGV[1]) or '0'
-redis.call('HSET', KEYS[1], ARGV[1], 0)
-return {1, before}`,
-);
-
-/** undefined while the queues hold something; else what the counter said (now 0). */
-async function zeroIfEmpty(
-  client: Redis,
-  backlog: string,
-  queues: Queue<ChangeSlice>[],
-  sink: string,
-): Promise<number | undefined> {
-  const keys = queues.flatMap((q) =>
-    (['wait', 'paused', 'active', 'delayed', 'prioritized', 'waiting-children'] as const).map(
-      (k) => q.keys[k]!,
-    ),
-  );
-  const [empty, before] = (await runScript(client, QUEUES_EMPTY, [backlog, ...keys], [sink])) as [
-    number,
-    string?,
-  ];
-  return Number(empty) === 1 ? Number(before) : undefined;
-}
-
-/** How often a poller checks every sink's backlog counters against its queues. */
-const COUNTER_CHECK_MS = 10_000;
 
 /** Backlogs and lagging sinks as last read: a second-old answer is plenty to decide parking. */
 const VIEW_CACHE_MS = 1_000;
@@ -406,48 +366,9 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     const fence = opts.leases?.fence(source);
     if (fence || !opts.leases) await legacy.migrate(source, fence);
     const lagging = await readLagging(client, keys, source, opts.sinks);
-    for (const lag of lagging) {
-      if (lag.backlog < catchUpWindow(lag.bound)) continue;
-      // The counter is kept by commits and workers; a Redis restart that lost its last second, or
-      // a worker killed at the wrong moment, can leave it above what is really queued, and a
-      // parked sink would then wait for ever. Its shard queues tell: empty means nothing waits.
-      const sink = sinks.find((s) => s.name === lag.sink);
-      if (!sink) continue;
-      let empty = true;
-      for (const tag of keys.queueTags)
-        empty =
-          (await zeroIfEmpty(client, backlogKey(tag), sink.queuesAt(tag).queues, lag.sink)) !== undefined &&
-          empty;
-      if (empty) lag.backlog = 0;
-    }
-    if (Date.now() - countersCheckedAt >= COUNTER_CHECK_MS) {
-      countersCheckedAt = Date.now();
-      // Housekeeping: a Redis that cannot answer it now fails the next commit anyway, not this poll.
-      await zeroDrainedCounters(client).catch((err: unknown) =>
-        opts.logger.debug({ err: errorMessage(err) }, 'backlog counter check skipped'),
-      );
-    }
     // The poller asks between its commits: what it reads is what its next commit must honour.
     view?.lagging.set(source, new Set(lagging.map((l) => l.sink)));
     return lagging;
-  }
-
-  /**
-   * The backlog counters are kept by commits and workers, and a few faults may leave one off what
-   * is really queued (a `dlq retry` killed between its add and its count). A counter whose queues
-   * hold nothing is set to 0, so a drift lasts until the sink has drained at the most.
-   */
-  let countersCheckedAt = 0;
-  async function zeroDrainedCounters(client: Redis): Promise<void> {
-    for (const sink of sinks)
-      for (const tag of keys.queueTags) {
-        const before = await zeroIfEmpty(client, backlogKey(tag), sink.queuesAt(tag).queues, sink.name);
-        if (before)
-          opts.logger.warn(
-            { sink: sink.name, tag, counted: before },
-            `the backlog counter of sink ${sink.name} said ${before} with nothing queued in ${tag}: set to 0`,
-          );
-      }
   }
 
   async function registerSinks(
