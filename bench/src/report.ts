@@ -500,7 +500,10 @@ export function renderTable(r: BenchReport): string {
         d.unauthorizedPer1000.toFixed(1),
         d.unauthorizedPerNonceLifetime.toFixed(1),
         d.peakRssMb + (d.complete ? '' : ' INCOMPLETE'),
-        d.cpuUsPerEvent.toFixed(0),
+        d.cpuUsPerEvent.toFixed(0) +
+          (Number.isNaN(d.cpuUsPerEventWithRedis)
+            ? ''
+            : `; ${d.cpuUsPerEventWithRedis.toFixed(0)} with Redis`),
         d.cpuUsPerEventAfterFirstLine.toFixed(0),
         d.cpuByRole,
         Number.isNaN(d.vsLocal) ? '-' : d.vsLocal.toFixed(2),
