@@ -1,5 +1,5 @@
-// `npm run bench`: start-up, drain, raw limit, bare BullMQ, live latency and memory, in one run; prints a
-// table and writes test/bench/results/latest.json. Sizes come from env vars so a short run is
+// `npm run bench`: start-up, drain, raw limit, bare BullMQ, the scaled mode vs local (issue 29),
+// live latency and memory, in one run; prints a table and writes test/bench/results/latest.json. Sizes come from env vars so a short run is
 // possible, but the defaults are the issue's (BENCH_BACKLOG=50000, BENCH_MEM_BACKLOGS=10000,100000,
 // BENCH_STATUS_QUEUED=100000: the queued changes in the store `feedsync status` is timed on;
 // BENCH_REPEATS=3: runs per drain, the median by CPU per event is reported).
