@@ -1,15 +1,18 @@
-// `node bench/dist/bullmq-only.js` (after `npm run build && tsc -p bench`): only the bullmq drains of
-// the benchmark (poll + 2 × work on one Redis), per service, BENCH_REPEATS times each (the median by
-// CPU per event). With FEEDSYNC_BENCH_CLI naming another build's dist/cli.js it measures that build
+// `node bench/dist/bullmq-only.js` (after `npm run build && tsc -p bench`): the scaled-mode part of
+// the benchmark, quickly: per service the local drain, then poll + 1 work and poll + 2 work on
+// BullMQ (each on a fresh Redis), BENCH_REPEATS times each (the median by CPU per event), and the
+// Redis memory of the backlog queued by poll alone; printed as `npm run bench`'s "scaled mode vs
+// local" block. With FEEDSYNC_BENCH_CLI naming another build's dist/cli.js it measures that build
 // the same way: two runs, one per build, compare a change to the scaled mode in minutes.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ServiceName } from '../../dist/sandbox/types.js';
 import { SandboxControl } from './control.js';
-import { runDrain, type DrainResult } from './drain.js';
+import { medianByCpu, runDrain, type DrainMode, type DrainResult } from './drain.js';
 import { startSandboxProcess } from './procs.js';
-import { startBenchRedis } from './redis.js';
+import { measureQueuedMemory, type RedisMemoryResult } from './redis-memory.js';
+import { modeLabel, renderScaled, scaledVsLocal } from './report.js';
 
 const SERVICES: ServiceName[] = ['scheduling', 'workflow'];
 const backlog = Number(process.env.BENCH_BACKLOG ?? 20_000);
@@ -23,36 +26,53 @@ const { child, info } = await startSandboxProcess({
   rate: 0,
   seed: Number(process.env.BENCH_SEED ?? 1),
 });
-const redis = await startBenchRedis();
 const medians: DrainResult[] = [];
+const memory: RedisMemoryResult[] = [];
 try {
   const control = new SandboxControl(info.control_url);
   const events = Object.fromEntries(
     await Promise.all(SERVICES.map(async (s) => [s, await control.events(s)])),
   );
+  const drains: { mode: DrainMode; works?: number }[] = [
+    { mode: 'local' },
+    { mode: 'bullmq', works: 1 },
+    { mode: 'bullmq', works: 2 },
+  ];
   for (const service of SERVICES) {
-    const runs: DrainResult[] = [];
-    for (let i = 0; i < repeats; i++) {
-      log(`drain bullmq ${service} ${i + 1}/${repeats}`);
-      runs.push(
-        await runDrain({
-          mode: 'bullmq',
-          services: [service],
-          info,
-          control,
-          events,
-          dir: join(work, `bullmq-${service}-${i}`),
-          timeoutMs: 240_000,
-          pollIntervalMs: 1000,
-          redisUrl: redis.url,
-        }),
-      );
+    for (const { mode, works } of drains) {
+      const runs: DrainResult[] = [];
+      for (let i = 0; i < repeats; i++) {
+        log(`drain ${modeLabel({ mode, works })} ${service} ${i + 1}/${repeats}`);
+        runs.push(
+          await runDrain({
+            mode,
+            works,
+            services: [service],
+            info,
+            control,
+            events,
+            dir: join(work, `${mode}${works ?? ''}-${service}-${i}`),
+            timeoutMs: 240_000,
+            pollIntervalMs: 1000,
+          }),
+        );
+      }
+      medians.push(medianByCpu(runs));
     }
-    const byCpu = [...runs].sort((a, b) => (a.cpuUsPerEvent ?? Infinity) - (b.cpuUsPerEvent ?? Infinity));
-    medians.push(byCpu[Math.floor((byCpu.length - 1) / 2)]!);
+    log(`redis memory: poll alone queues the ${service} backlog on a fresh Redis`);
+    memory.push(
+      await measureQueuedMemory({
+        service,
+        info,
+        control,
+        events: events[service] ?? [],
+        dir: join(work, `redis-memory-${service}`),
+        timeoutMs: 240_000,
+        pollIntervalMs: 1000,
+      }),
+    );
   }
 } finally {
-  await redis.stop();
   await child.stop();
   rmSync(work, { recursive: true, force: true });
 }
@@ -60,7 +80,12 @@ process.stdout.write(`cli: ${process.env.FEEDSYNC_BENCH_CLI ?? 'dist/cli.js'}\n`
 for (const d of medians)
   for (const s of d.perService)
     process.stdout.write(
-      `bullmq ${s.service.padEnd(10)} ${s.events} events in ${d.seconds.toFixed(1)} s: ` +
+      `${modeLabel(d).padEnd(18)} ${s.service.padEnd(10)} ${s.events} events in ${d.seconds.toFixed(1)} s: ` +
         `${(s.events / d.seconds).toFixed(0)} events/s, ${(d.cpuUsPerEvent ?? NaN).toFixed(0)} µs CPU/event` +
+        `${d.cpuUsPerEventWithRedis === undefined ? '' : `, ${(d.cpuUsPerEventWithRedis ?? NaN).toFixed(0)} with Redis`}` +
         `${d.complete ? '' : ' INCOMPLETE'}\n`,
     );
+const scaled = scaledVsLocal(medians, memory);
+process.stdout.write(`\n${renderScaled(scaled)}\n\n`);
+for (const t of scaled.flatMap((x) => x.targets))
+  process.stdout.write(`${t.met ? 'met   ' : 'MISSED'} ${t.target}: ${t.figure}\n`);

@@ -1,7 +1,8 @@
-// One drain run: feedsync (`run`, or `poll` + 2× `work` on BullMQ) as child processes against a
+// One drain run: feedsync (`run`, or `poll` + N × `work` on BullMQ) as child processes against a
 // sandbox holding a backlog, timed from spawn until the jsonl sink holds a line for every key (mode
 // `postgres`: `run` with a postgres sink instead of the jsonl one, until the mirror holds the newest
-// change of every subject).
+// change of every subject). A bullmq drain gets a fresh private redis-server of its own, so every
+// run starts from the same empty Redis and Redis's CPU over the drain is the drain's alone.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
@@ -11,6 +12,7 @@ import { JsonlTail } from './jsonl-tail.js';
 import { PgMirrorProgress } from './postgres.js';
 import { cpuUs } from './proc-stats.js';
 import { spawnChild, type Child, type SandboxInfo } from './procs.js';
+import { startBenchRedis, type BenchRedis } from './redis.js';
 
 export type DrainMode = 'local' | 'bullmq' | 'postgres';
 
@@ -22,7 +24,11 @@ export interface DrainOptions {
   /** Every event of each service that must reach the sink. */
   events: Record<string, SandboxEvent[]>;
   dir: string;
+  /** Mode bullmq: how many `work` processes beside the one `poll` (default 2; 0: poll alone). */
+  works?: number;
+  /** Mode bullmq: the Redis and the key prefix (runDrain starts a fresh Redis of its own). */
   redisUrl?: string;
+  redisPrefix?: string;
   /** Mode postgres: the server, and the sink's schema (a new one per run). */
   postgresUrl?: string;
   postgresSchema?: string;
@@ -58,14 +64,25 @@ export interface DrainResult {
   /** Peak RSS (bytes) per feedsync process, by role. */
   peakRss: { role: string; bytes: number }[];
   cpu: ProcessCpu[];
-  /** CPU µs of all feedsync processes of the drain (poll + work-1 + work-2, or run); null if unread. */
+  /** Mode bullmq: the number of `work` processes. */
+  works?: number;
+  /** CPU µs of all feedsync processes of the drain (poll + every work, or run); null if unread. */
   cpuTotalUs: number | null;
   /** cpuTotalUs / events: issue 12's "CPU per event". */
   cpuUsPerEvent: number | null;
+  /** Mode bullmq: the redis-server's CPU µs from the spawn of feedsync to the end of the drain (its reaped AOF-rewrite children included). */
+  redisCpuUs?: number | null;
+  /** Mode bullmq: (cpuTotalUs + redisCpuUs) / events, issue 29's CPU per event of the scaled mode. */
+  cpuUsPerEventWithRedis?: number | null;
   /** The same from the first line in the sink on (start-up left out), / all events as in cpu.ts. */
   cpuUsPerEventAfterFirstLine: number | null;
   /** Every run when the drain was repeated (the figures above are the median run's). */
-  runs?: { seconds: number; cpuUsPerEvent: number | null; complete: boolean }[];
+  runs?: {
+    seconds: number;
+    cpuUsPerEvent: number | null;
+    cpuUsPerEventWithRedis?: number | null;
+    complete: boolean;
+  }[];
   /** Node flags the feedsync processes ran with. */
   nodeArgs?: string[];
   /** Last output of each process (warnings and errors), for diagnosis; not part of the results. */
@@ -78,7 +95,7 @@ export function writeConfig(opts: DrainOptions, jsonlPath: string): string {
     store: { path: join(opts.dir, 'feedsync.db') },
     queue:
       opts.mode === 'bullmq'
-        ? { driver: 'bullmq', redis_url: opts.redisUrl, prefix: `bench${Date.now()}` }
+        ? { driver: 'bullmq', redis_url: opts.redisUrl, prefix: opts.redisPrefix ?? 'bench' }
         : { driver: 'local' },
     sources: opts.services.map((service) => ({
       name: service,
@@ -109,13 +126,12 @@ export function writeConfig(opts: DrainOptions, jsonlPath: string): string {
 export function startFeedsync(opts: DrainOptions, configPath: string): { role: string; child: Child }[] {
   const spawnRole = (cmd: string) =>
     spawnChild([cmd, '--config', configPath], { nodeArgs: opts.nodeArgs ?? [], cwd: opts.dir });
-  return opts.mode !== 'bullmq'
-    ? [{ role: 'run', child: spawnRole('run') }]
-    : [
-        { role: 'poll', child: spawnRole('poll') },
-        { role: 'work-1', child: spawnRole('work') },
-        { role: 'work-2', child: spawnRole('work') },
-      ];
+  if (opts.mode !== 'bullmq') return [{ role: 'run', child: spawnRole('run') }];
+  const works = Array.from({ length: opts.works ?? 2 }, (_, i) => ({
+    role: `work-${i + 1}`,
+    child: spawnRole('work'),
+  }));
+  return [{ role: 'poll', child: spawnRole('poll') }, ...works];
 }
 
 interface Progress {
@@ -143,7 +159,26 @@ function sumOrNull(xs: (number | null)[]): number | null {
   return xs.some((x) => x === null) ? null : xs.reduce<number>((a, x) => a + x!, 0);
 }
 
+/** The median run by CPU per event (Redis included for bullmq): one run on a shared machine can be 15 % off. */
+export function medianByCpu<T extends Pick<DrainResult, 'cpuUsPerEvent' | 'cpuUsPerEventWithRedis'>>(
+  runs: T[],
+): T {
+  const cpu = (r: T): number => r.cpuUsPerEventWithRedis ?? r.cpuUsPerEvent ?? Infinity;
+  const byCpu = [...runs].sort((a, b) => cpu(a) - cpu(b));
+  return byCpu[Math.floor((byCpu.length - 1) / 2)]!;
+}
+
 export async function runDrain(opts: DrainOptions): Promise<DrainResult> {
+  if (opts.mode !== 'bullmq') return drainWith(opts);
+  const redis = await startBenchRedis();
+  try {
+    return await drainWith({ ...opts, redisUrl: redis.url }, redis);
+  } finally {
+    await redis.stop();
+  }
+}
+
+async function drainWith(opts: DrainOptions, redis?: BenchRedis): Promise<DrainResult> {
   mkdirSync(opts.dir, { recursive: true });
   const jsonlPath = join(opts.dir, 'changes.jsonl');
   const configPath = writeConfig(opts, jsonlPath);
@@ -157,11 +192,13 @@ export async function runDrain(opts: DrainOptions): Promise<DrainResult> {
         )
       : syncProgress(new JsonlTail(jsonlPath, keys));
   await opts.control.resetStats();
+  const redisAtStart = redis ? cpuUs(redis.pid, { reapedChildren: true }) : null;
   const started = performance.now();
   const procs = startFeedsync(opts, configPath);
   let seconds = 0;
   let atFirstLine: (number | null)[] | undefined;
   let atEnd: (number | null)[] = [];
+  let redisAtEnd: number | null = null;
   try {
     const deadline = Date.now() + opts.timeoutMs;
     // The mirror is polled with a query (it competes for the CPU): less often than the file.
@@ -179,6 +216,7 @@ export async function runDrain(opts: DrainOptions): Promise<DrainResult> {
   } finally {
     // CPU must be read while the processes are alive: /proc/<pid>/stat is gone after they exit.
     atEnd = procs.map((p) => cpuUs(p.child.pid));
+    redisAtEnd = redis ? cpuUs(redis.pid, { reapedChildren: true }) : null;
     // RSS is sampled before SIGTERM inside stop(); the processes stop together.
     await Promise.all(procs.map((p) => p.child.stop()));
     if (tail instanceof PgMirrorProgress) await tail.verify().catch(() => undefined);
@@ -193,6 +231,8 @@ export async function runDrain(opts: DrainOptions): Promise<DrainResult> {
   const events = keys.length;
   const cpuTotalUs = sumOrNull(cpu.map((c) => c.us));
   const cpuAtFirstLine = sumOrNull(cpu.map((c) => c.usAtFirstLine));
+  const redisCpuUs = redisAtStart === null || redisAtEnd === null ? null : redisAtEnd - redisAtStart;
+  const withRedis = cpuTotalUs === null || redisCpuUs === null ? null : (cpuTotalUs + redisCpuUs) / events;
   return {
     mode: opts.mode,
     seconds,
@@ -208,6 +248,7 @@ export async function runDrain(opts: DrainOptions): Promise<DrainResult> {
     cpu,
     cpuTotalUs,
     cpuUsPerEvent: cpuTotalUs === null ? null : cpuTotalUs / events,
+    ...(redis ? { works: opts.works ?? 2, redisCpuUs, cpuUsPerEventWithRedis: withRedis } : {}),
     cpuUsPerEventAfterFirstLine:
       cpuTotalUs === null || cpuAtFirstLine === null ? null : (cpuTotalUs - cpuAtFirstLine) / events,
     output: Object.fromEntries(procs.map((p) => [p.role, p.child.output()])),

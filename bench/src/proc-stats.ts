@@ -20,13 +20,18 @@ function clockTickUs(): number {
   return tickUs;
 }
 
-/** User + system CPU µs of a process so far; null when it is gone or /proc is unavailable. */
-export function cpuUs(pid: number): number | null {
+/**
+ * User + system CPU µs of a process so far; null when it is gone or /proc is unavailable. With
+ * `reapedChildren`, plus the CPU of its children that have exited and been waited for (cutime +
+ * cstime, fields 16 and 17): redis-server forks for an AOF rewrite, and that work is Redis's too.
+ */
+export function cpuUs(pid: number, opts: { reapedChildren?: boolean } = {}): number | null {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    // fields[0] is stat field 3 (state), so fields 14 and 15 are at 11 and 12.
-    const ticks = Number(fields[11]) + Number(fields[12]);
+    // fields[0] is stat field 3 (state), so fields 14 and 15 are at 11 and 12, 16 and 17 at 13 and 14.
+    let ticks = Number(fields[11]) + Number(fields[12]);
+    if (opts.reapedChildren) ticks += Number(fields[13]) + Number(fields[14]);
     return Number.isFinite(ticks) ? ticks * clockTickUs() : null;
   } catch {
     return null;

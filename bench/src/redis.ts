@@ -9,6 +9,8 @@ import { spawn } from 'node:child_process';
 
 export interface BenchRedis {
   url: string;
+  /** The redis-server process, for its CPU time (proc-stats.ts). */
+  pid: number;
   stop(): Promise<void>;
 }
 
@@ -76,6 +78,7 @@ export async function startBenchRedis(): Promise<BenchRedis> {
   }
   return {
     url: `redis://127.0.0.1:${port}`,
+    pid: child.pid!,
     async stop() {
       if (child.exitCode === null && child.signalCode === null) {
         const exited = new Promise((r) => child.once('exit', r));

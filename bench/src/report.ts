@@ -4,6 +4,7 @@ import type { BareBullmqResult } from './bare-bullmq.js';
 import type { DrainResult } from './drain.js';
 import type { LatencyResult } from './latency.js';
 import type { RawResult } from './raw-limit.js';
+import type { RedisMemoryResult } from './redis-memory.js';
 import type { StartupResult } from './startup.js';
 import type { StatusTimeResult } from './status-time.js';
 
@@ -29,6 +30,10 @@ export interface BenchReport {
   /** Profiled local drains (one per service): their summaries, not figures for the table. */
   cpu_profiles: CpuProfileRun[];
   memory: Omit<DrainResult, 'output'>[];
+  /** `poll` alone queueing each service's backlog on a fresh Redis (redis-memory.ts). */
+  redis_memory: RedisMemoryResult[];
+  /** Issue 29's block: the scaled mode's drains, CPU and Redis memory against the local drain. */
+  scaled_vs_local: ScaledVsLocal[];
   errors: string[];
   targets: TargetCheck[];
   total_seconds: number;
@@ -72,16 +77,23 @@ export interface DrainRow {
   cpuUsPerEventAfterFirstLine: number;
   /** CPU seconds per process, by role. */
   cpuByRole: string;
+  /** Bullmq: CPU per event of the feedsync processes and the redis-server together (NaN otherwise). */
+  cpuUsPerEventWithRedis: number;
   /** bullmq or postgres events/s ÷ local (jsonl sink) events/s for the same service (NaN on local rows). */
   vsLocal: number;
   complete: boolean;
 }
 
-/** Events per second of every drain, keyed by `mode service`. */
+/** A drain's mode as the tables name it: bullmq drains say how many `work` processes ran. */
+export function modeLabel(d: Pick<DrainResult, 'mode' | 'works'>): string {
+  return d.mode === 'bullmq' ? `bullmq poll+${d.works ?? 2} work` : d.mode;
+}
+
+/** Events per second of every drain, keyed by `mode service` (the mode as modeLabel names it). */
 function drainRates(r: Pick<BenchReport, 'drains'>): Map<string, number> {
   return new Map(
     r.drains.flatMap((d) =>
-      d.perService.map((s) => [`${d.mode} ${s.service}`, s.events / d.seconds] as const),
+      d.perService.map((s) => [`${modeLabel(d)} ${s.service}`, s.events / d.seconds] as const),
     ),
   );
 }
@@ -98,7 +110,7 @@ export function drainRows(r: Pick<BenchReport, 'drains' | 'raw' | 'plans'>): Dra
       const raw = r.raw.find((x) => x.service === s.service);
       const eps = s.events / d.seconds;
       return {
-        mode: d.mode,
+        mode: modeLabel(d),
         service: s.service,
         events: s.events,
         seconds: d.seconds,
@@ -115,7 +127,13 @@ export function drainRows(r: Pick<BenchReport, 'drains' | 'raw' | 'plans'>): Dra
         peakRssMb: d.peakRss.map((p) => `${p.role} ${(p.bytes / MB).toFixed(0)}`).join(', '),
         cpuUsPerEvent: d.cpuUsPerEvent ?? Number.NaN,
         cpuUsPerEventAfterFirstLine: d.cpuUsPerEventAfterFirstLine ?? Number.NaN,
-        cpuByRole: d.cpu.map((c) => `${c.role} ${c.us === null ? '?' : (c.us / 1e6).toFixed(2)}`).join(', '),
+        cpuByRole: [
+          ...d.cpu.map((c) => ({ role: c.role, us: c.us })),
+          ...(d.redisCpuUs === undefined ? [] : [{ role: 'redis', us: d.redisCpuUs }]),
+        ]
+          .map((c) => `${c.role} ${c.us === null ? '?' : (c.us / 1e6).toFixed(2)}`)
+          .join(', '),
+        cpuUsPerEventWithRedis: d.cpuUsPerEventWithRedis ?? Number.NaN,
         vsLocal: d.mode !== 'local' ? eps / (rates.get(`local ${s.service}`) ?? Number.NaN) : Number.NaN,
         complete: d.complete,
       };
@@ -190,20 +208,7 @@ export function evaluate(r: BenchReport): TargetCheck[] {
     }
   }
   const rates = drainRates(r);
-  for (const service of new Set(rows.map((row) => row.service))) {
-    const bullmq = rows.find((row) => row.mode === 'bullmq' && row.service === service);
-    const target = `bullmq ${service}: drain (poll + 2x work) >= 0.8x local drain`;
-    if (!bullmq) {
-      checks.push({ target, figure: 'no bullmq drain (see errors)', met: false });
-      continue;
-    }
-    const met = bullmq.complete && bullmq.vsLocal >= 0.8;
-    checks.push({
-      target,
-      figure: `${bullmq.vsLocal.toFixed(2)}x (${bullmq.eventsPerSecond.toFixed(0)} / ${(rates.get(`local ${service}`) ?? Number.NaN).toFixed(0)} ev/s)${miss(bullmq.vsLocal, 0.8, met)}${bullmq.complete ? '' : ' INCOMPLETE'}`,
-      met,
-    });
-  }
+  checks.push(...r.scaled_vs_local.flatMap((x) => x.targets));
   for (const service of new Set(rows.map((row) => row.service))) {
     const pgRow = rows.find((row) => row.mode === 'postgres' && row.service === service);
     const target = `postgres ${service}: drain into a postgres sink >= 0.8x the jsonl drain (local)`;
@@ -245,6 +250,206 @@ export function evaluate(r: BenchReport): TargetCheck[] {
     met: latencyMet,
   });
   return checks;
+}
+
+/** One BullMQ drain of issue 29's block, against the local drain of the same service. */
+export interface ScaledDrain {
+  works: number;
+  eventsPerSecond: number;
+  /** ÷ the local drain's events/s. */
+  vsLocal: number;
+  /** CPU µs per event of poll + every work, and of those with the redis-server. */
+  cpuUsPerEvent: number;
+  cpuUsPerEventWithRedis: number;
+  /** ÷ the local drain's CPU µs per event. */
+  cpuVsLocal: number;
+  cpuWithRedisVsLocal: number;
+  complete: boolean;
+}
+
+export interface ScaledVsLocal {
+  service: string;
+  localEventsPerSecond: number;
+  localCpuUsPerEvent: number;
+  /** By number of `work` processes (1, then 2). */
+  bullmq: ScaledDrain[];
+  /** poll + 2 work events/s ÷ poll + 1 work events/s. */
+  twoVsOneWork: number;
+  /** Redis used_memory per queued change with `poll` alone; null when not measured. */
+  redisBytesPerQueuedChange: number | null;
+  targets: TargetCheck[];
+}
+
+/** Issue 29's targets for the scaled mode. */
+const SCALED = {
+  drainVsLocal: 0.8,
+  cpuWithRedisVsLocal: 1.5,
+  /** Redis used_memory per queued change the issue measured before it (lower is the target). */
+  bytesPerQueuedChangeBefore: 1014,
+};
+
+/**
+ * Issue 29's block: BullMQ with 1 and 2 `work` processes against the local drain of the same
+ * service (same sandbox, same backlog, same run), and the Redis memory of a queued backlog.
+ */
+export function scaledVsLocal(
+  drains: Omit<DrainResult, 'output'>[],
+  memory: RedisMemoryResult[],
+): ScaledVsLocal[] {
+  const services = [...new Set(drains.flatMap((d) => d.perService.map((s) => s.service)))];
+  const only = (d: Omit<DrainResult, 'output'>, service: string): boolean =>
+    d.perService.length === 1 && d.perService[0]!.service === service;
+  return services.flatMap((service) => {
+    const local = drains.find((d) => d.mode === 'local' && only(d, service));
+    const bullmqs = drains.filter((d) => d.mode === 'bullmq' && only(d, service));
+    if (!local || bullmqs.length === 0) return [];
+    const rate = (d: Omit<DrainResult, 'output'>): number => d.perService[0]!.events / d.seconds;
+    const localRate = rate(local);
+    const localCpu = local.cpuUsPerEvent ?? Number.NaN;
+    const bullmq = bullmqs
+      .map((d) => ({
+        works: d.works ?? 2,
+        eventsPerSecond: rate(d),
+        vsLocal: rate(d) / localRate,
+        cpuUsPerEvent: d.cpuUsPerEvent ?? Number.NaN,
+        cpuUsPerEventWithRedis: d.cpuUsPerEventWithRedis ?? Number.NaN,
+        cpuVsLocal: (d.cpuUsPerEvent ?? Number.NaN) / localCpu,
+        cpuWithRedisVsLocal: (d.cpuUsPerEventWithRedis ?? Number.NaN) / localCpu,
+        complete: d.complete,
+      }))
+      .sort((a, b) => a.works - b.works);
+    const one = bullmq.find((b) => b.works === 1);
+    const two = bullmq.find((b) => b.works === 2);
+    const mem = memory.find((m) => m.service === service);
+    const row: Omit<ScaledVsLocal, 'targets'> = {
+      service,
+      localEventsPerSecond: localRate,
+      localCpuUsPerEvent: localCpu,
+      bullmq,
+      twoVsOneWork: one && two ? two.eventsPerSecond / one.eventsPerSecond : Number.NaN,
+      redisBytesPerQueuedChange: mem ? mem.bytesPerQueuedChange : null,
+    };
+    return [{ ...row, targets: scaledChecks(row, local.complete, mem) }];
+  });
+}
+
+function scaledChecks(
+  x: Omit<ScaledVsLocal, 'targets'>,
+  localComplete: boolean,
+  mem: RedisMemoryResult | undefined,
+): TargetCheck[] {
+  const checks: TargetCheck[] = [];
+  const tag = `bullmq ${x.service}`;
+  const incomplete = (...complete: boolean[]): string => (complete.every(Boolean) ? '' : ' INCOMPLETE');
+  const one = x.bullmq.find((b) => b.works === 1);
+  const two = x.bullmq.find((b) => b.works === 2);
+  const absent = (target: string): TargetCheck => ({
+    target,
+    figure: 'not measured (see errors)',
+    met: false,
+  });
+  const drainTarget = `${tag}: drain (poll + 1 work) >= ${SCALED.drainVsLocal}x local drain`;
+  if (!one) checks.push(absent(drainTarget));
+  else {
+    const met = one.complete && localComplete && one.vsLocal >= SCALED.drainVsLocal;
+    checks.push({
+      target: drainTarget,
+      figure: `${one.vsLocal.toFixed(2)}x (${one.eventsPerSecond.toFixed(0)} / ${x.localEventsPerSecond.toFixed(0)} ev/s)${miss(one.vsLocal, SCALED.drainVsLocal, met)}${incomplete(one.complete, localComplete)}`,
+      met,
+    });
+  }
+  const moreTarget = `${tag}: drain (poll + 2 work) > drain (poll + 1 work)`;
+  if (!one || !two) checks.push(absent(moreTarget));
+  else
+    checks.push({
+      target: moreTarget,
+      figure: `${x.twoVsOneWork.toFixed(2)}x (${two.eventsPerSecond.toFixed(0)} / ${one.eventsPerSecond.toFixed(0)} ev/s)${incomplete(one.complete, two.complete)}`,
+      met: one.complete && two.complete && x.twoVsOneWork > 1,
+    });
+  for (const b of x.bullmq) {
+    const met = b.complete && localComplete && b.cpuWithRedisVsLocal <= SCALED.cpuWithRedisVsLocal;
+    checks.push({
+      target: `${tag}: CPU per event of poll + ${b.works} work + Redis <= ${SCALED.cpuWithRedisVsLocal}x local`,
+      figure:
+        `${b.cpuWithRedisVsLocal.toFixed(2)}x (${b.cpuUsPerEventWithRedis.toFixed(0)} / ${x.localCpuUsPerEvent.toFixed(0)} µs)` +
+        `${miss(b.cpuWithRedisVsLocal, SCALED.cpuWithRedisVsLocal, met)}; feedsync processes only ` +
+        `${b.cpuVsLocal.toFixed(2)}x (${b.cpuUsPerEvent.toFixed(0)} µs)${incomplete(b.complete, localComplete)}`,
+      met,
+    });
+  }
+  const memTarget = `${tag}: Redis memory per queued change < ${SCALED.bytesPerQueuedChangeBefore} bytes (the issue's figure before)`;
+  if (!mem) checks.push(absent(memTarget));
+  else {
+    const met = mem.complete && mem.bytesPerQueuedChange < SCALED.bytesPerQueuedChangeBefore;
+    checks.push({
+      target: memTarget,
+      figure:
+        `${mem.bytesPerQueuedChange.toFixed(0)} bytes (used_memory ${(mem.usedMemoryBefore / MB).toFixed(1)} -> ` +
+        `${(mem.usedMemoryAfter / MB).toFixed(1)} MB for ${mem.expected} changes)` +
+        (mem.complete
+          ? ''
+          : ` INCOMPLETE (cursor ${mem.cursor} of ${mem.lastEventId}, ${mem.queued} queued)`),
+      met,
+    });
+  }
+  return checks;
+}
+
+/** Issue 29's block, one column per service; every ratio with its target and met or missed. */
+export function renderScaled(rows: ScaledVsLocal[]): string {
+  if (rows.length === 0) return '';
+  const verdict = (met: boolean | undefined): string => (met === undefined ? '' : met ? ' met' : ' missed');
+  const find = (x: ScaledVsLocal, prefix: string): boolean | undefined =>
+    x.targets.find((t) => t.target.startsWith(`bullmq ${x.service}: ${prefix}`))?.met;
+  const works = [...new Set(rows.flatMap((x) => x.bullmq.map((b) => b.works)))].sort((a, b) => a - b);
+  const cell = (x: ScaledVsLocal, w: number, f: (b: ScaledDrain) => string): string => {
+    const b = x.bullmq.find((y) => y.works === w);
+    return b ? f(b) + (b.complete ? '' : ' INCOMPLETE') : '-';
+  };
+  const lines: string[][] = [
+    ['local drain, events/s', '', ...rows.map((x) => x.localEventsPerSecond.toFixed(0))],
+    ...works.map((w) => [
+      `poll + ${w} work, events/s (÷ local)`,
+      w === 1 ? `>= ${SCALED.drainVsLocal}x` : '',
+      ...rows.map((x) =>
+        cell(
+          x,
+          w,
+          (b) =>
+            `${b.eventsPerSecond.toFixed(0)} (${b.vsLocal.toFixed(2)}x)${w === 1 ? verdict(find(x, 'drain (poll + 1 work)')) : ''}`,
+        ),
+      ),
+    ]),
+    [
+      'poll + 2 work ÷ poll + 1 work, events/s',
+      '> 1x',
+      ...rows.map((x) => `${x.twoVsOneWork.toFixed(2)}x${verdict(find(x, 'drain (poll + 2 work)'))}`),
+    ],
+    ['local CPU µs/event', '', ...rows.map((x) => x.localCpuUsPerEvent.toFixed(0))],
+    ...works.map((w) => [
+      `poll + ${w} work CPU µs/event: feedsync; + Redis (÷ local)`,
+      `<= ${SCALED.cpuWithRedisVsLocal}x with Redis`,
+      ...rows.map((x) =>
+        cell(
+          x,
+          w,
+          (b) =>
+            `${b.cpuUsPerEvent.toFixed(0)} (${b.cpuVsLocal.toFixed(2)}x); ${b.cpuUsPerEventWithRedis.toFixed(0)} ` +
+            `(${b.cpuWithRedisVsLocal.toFixed(2)}x)${verdict(find(x, `CPU per event of poll + ${w} work`))}`,
+        ),
+      ),
+    ]),
+    [
+      'Redis used_memory per queued change, bytes (poll alone)',
+      `< ${SCALED.bytesPerQueuedChangeBefore}`,
+      ...rows.map((x) =>
+        x.redisBytesPerQueuedChange === null
+          ? 'not measured, missed'
+          : `${x.redisBytesPerQueuedChange.toFixed(0)}${verdict(find(x, 'Redis memory'))}`,
+      ),
+    ],
+  ];
+  return table(['scaled mode vs local', 'target', ...rows.map((x) => x.service)], lines);
 }
 
 function table(header: string[], rows: string[][]): string {
@@ -295,13 +500,22 @@ export function renderTable(r: BenchReport): string {
         d.unauthorizedPer1000.toFixed(1),
         d.unauthorizedPerNonceLifetime.toFixed(1),
         d.peakRssMb + (d.complete ? '' : ' INCOMPLETE'),
-        d.cpuUsPerEvent.toFixed(0),
+        d.cpuUsPerEvent.toFixed(0) +
+          (Number.isNaN(d.cpuUsPerEventWithRedis)
+            ? ''
+            : `; ${d.cpuUsPerEventWithRedis.toFixed(0)} with Redis`),
         d.cpuUsPerEventAfterFirstLine.toFixed(0),
         d.cpuByRole,
         Number.isNaN(d.vsLocal) ? '-' : d.vsLocal.toFixed(2),
       ]),
     ),
   );
+  if (r.scaled_vs_local.length) {
+    parts.push(
+      '\nScaled mode vs local (same service and backlog; CPU of poll + every work, then with the redis-server too)\n',
+    );
+    parts.push(renderScaled(r.scaled_vs_local));
+  }
   parts.push('\nRaw limit (same requests, concurrent keep-alive client, same digest code)\n');
   parts.push(
     table(

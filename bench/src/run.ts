@@ -1,5 +1,5 @@
-// `npm run bench`: start-up, drain, raw limit, bare BullMQ, live latency and memory, in one run; prints a
-// table and writes test/bench/results/latest.json. Sizes come from env vars so a short run is
+// `npm run bench`: start-up, drain, raw limit, bare BullMQ, the scaled mode vs local (issue 29),
+// live latency and memory, in one run; prints a table and writes test/bench/results/latest.json. Sizes come from env vars so a short run is
 // possible, but the defaults are the issue's (BENCH_BACKLOG=50000, BENCH_MEM_BACKLOGS=10000,100000,
 // BENCH_STATUS_QUEUED=100000: the queued changes in the store `feedsync status` is timed on;
 // BENCH_REPEATS=3: runs per drain, the median by CPU per event is reported).
@@ -13,14 +13,22 @@ import { fileURLToPath } from 'node:url';
 import type { ServiceName } from '../../dist/sandbox/types.js';
 import { measureBareBullmq, type BareBullmqResult } from './bare-bullmq.js';
 import { SandboxControl } from './control.js';
-import { runDrain, type DrainMode, type DrainResult } from './drain.js';
+import { medianByCpu, runDrain, type DrainMode, type DrainResult } from './drain.js';
 import { measureLatency, type LatencyResult } from './latency.js';
 import { benchSource, measureRaw, planRequests, type RawResult, type RequestPlan } from './raw-limit.js';
 import { startBenchPostgres, type BenchPostgres } from './postgres.js';
 import { startBenchRedis } from './redis.js';
+import { measureQueuedMemory, type RedisMemoryResult } from './redis-memory.js';
 import { CLI_PATH, startSandboxProcess } from './procs.js';
 import { topSelfTime } from './profile.js';
-import { drainRows, evaluate, renderTable, type BenchReport, type CpuProfileRun } from './report.js';
+import {
+  drainRows,
+  evaluate,
+  renderTable,
+  scaledVsLocal,
+  type BenchReport,
+  type CpuProfileRun,
+} from './report.js';
 import { measureStartup } from './startup.js';
 import { statusTime, type StatusTimeResult } from './status-time.js';
 
@@ -85,6 +93,7 @@ async function drainPhase(work: string): Promise<{
   drains: DrainResult[];
   profiles: CpuProfileRun[];
   bare?: BareBullmqResult;
+  redisMemory: RedisMemoryResult[];
   errors: string[];
 }> {
   const errors: string[] = [];
@@ -95,6 +104,7 @@ async function drainPhase(work: string): Promise<{
   const raw: RawResult[] = [];
   const drains: DrainResult[] = [];
   const profiles: CpuProfileRun[] = [];
+  const redisMemory: RedisMemoryResult[] = [];
   let bare: BareBullmqResult | undefined;
   try {
     const events = Object.fromEntries(
@@ -118,9 +128,11 @@ async function drainPhase(work: string): Promise<{
       mode: DrainMode,
       service: ServiceName,
       dir: string,
-      extra: { redisUrl?: string; postgresUrl?: string; postgresSchema?: string; nodeArgs?: string[] } = {},
+      extra: { works?: number; postgresUrl?: string; postgresSchema?: string; nodeArgs?: string[] } = {},
     ): Promise<DrainResult> => {
-      log(`drain ${mode} ${service}${extra.nodeArgs ? ` ${extra.nodeArgs.join(' ')}` : ''}`);
+      log(
+        `drain ${mode} ${service}${extra.works ? ` poll + ${extra.works} work` : ''}${extra.nodeArgs ? ` ${extra.nodeArgs.join(' ')}` : ''}`,
+      );
       const r = await runDrain({
         mode,
         services: [service],
@@ -140,22 +152,27 @@ async function drainPhase(work: string): Promise<{
     const drain = async (
       mode: DrainMode,
       service: ServiceName,
-      extra: { redisUrl?: string; postgresUrl?: string } = {},
+      extra: { works?: number; postgresUrl?: string } = {},
     ): Promise<void> => {
       const runs: DrainResult[] = [];
       for (let i = 0; i < cfg.repeats; i++)
         runs.push(
-          await drainOnce(mode, service, join(work, `drain-${mode}-${service}-${i}`), {
+          await drainOnce(mode, service, join(work, `drain-${mode}${extra.works ?? ''}-${service}-${i}`), {
             ...extra,
             // Each postgres run starts from an empty mirror of its own.
             ...(extra.postgresUrl ? { postgresSchema: `drain_${service}_${i}` } : {}),
           }),
         );
-      const byCpu = [...runs].sort((a, b) => (a.cpuUsPerEvent ?? Infinity) - (b.cpuUsPerEvent ?? Infinity));
-      const median = byCpu[Math.floor((byCpu.length - 1) / 2)]!;
       drains.push({
-        ...median,
-        runs: runs.map((r) => ({ seconds: r.seconds, cpuUsPerEvent: r.cpuUsPerEvent, complete: r.complete })),
+        ...medianByCpu(runs),
+        runs: runs.map((r) => ({
+          seconds: r.seconds,
+          cpuUsPerEvent: r.cpuUsPerEvent,
+          ...(r.cpuUsPerEventWithRedis === undefined
+            ? {}
+            : { cpuUsPerEventWithRedis: r.cpuUsPerEventWithRedis }),
+          complete: r.complete,
+        })),
       });
     };
     for (const service of SERVICES) await drain('local', service);
@@ -183,9 +200,31 @@ async function drainPhase(work: string): Promise<{
     } finally {
       await postgres?.stop();
     }
+    try {
+      // Issue 29: poll + 1 work against the local drain, and whether a second work adds to it. Each
+      // bullmq run has a fresh Redis of its own (runDrain).
+      for (const service of SERVICES) for (const works of [1, 2]) await drain('bullmq', service, { works });
+      for (const service of SERVICES) {
+        log(`redis memory: poll alone queues the ${service} backlog on a fresh Redis`);
+        const m = await measureQueuedMemory({
+          service,
+          info,
+          control,
+          events: events[service] ?? [],
+          dir: join(work, `redis-memory-${service}`),
+          timeoutMs: cfg.drainTimeoutS * 1000,
+          pollIntervalMs: cfg.pollIntervalMs,
+        });
+        log(
+          `  ${m.complete ? 'complete' : `INCOMPLETE (cursor ${m.cursor} of ${m.lastEventId}, ${m.queued} of ${m.expected} queued)`} in ${m.seconds.toFixed(1)} s: ${m.bytesPerQueuedChange.toFixed(0)} bytes per queued change`,
+        );
+        redisMemory.push(m);
+      }
+    } catch (err) {
+      errors.push(`bullmq: ${String(err)}`);
+    }
     const redis = await startBenchRedis();
     try {
-      for (const service of SERVICES) await drain('bullmq', service, { redisUrl: redis.url });
       log(`bare BullMQ: ${cfg.bareJobs} no-op jobs`);
       bare = await measureBareBullmq(redis.url, {
         jobs: cfg.bareJobs,
@@ -194,14 +233,14 @@ async function drainPhase(work: string): Promise<{
         timeoutMs: 180_000,
       });
     } catch (err) {
-      errors.push(`bullmq: ${String(err)}`);
+      errors.push(`bare bullmq: ${String(err)}`);
     } finally {
       await redis.stop();
     }
   } finally {
     await child.stop();
   }
-  return { plans, raw, drains, profiles, bare, errors };
+  return { plans, raw, drains, profiles, bare, redisMemory, errors };
 }
 
 /** test/bench/results/cpu-profile-<service>.txt from a profiled local drain. */
@@ -330,6 +369,8 @@ async function main(): Promise<void> {
       status,
       cpu_profiles: drain.profiles,
       memory: memory.map(({ output: _output, ...d }) => d),
+      redis_memory: drain.redisMemory,
+      scaled_vs_local: scaledVsLocal(drain.drains, drain.redisMemory),
       errors: drain.errors,
       targets: [],
       total_seconds: (Date.now() - started) / 1000,
