@@ -3,7 +3,7 @@
 // through the source's page outbox. Now a source's shard queues share the source's tag (names.ts).
 // What an earlier release may have left, and what becomes of it:
 // - pages still in a source's outbox: its lease holder moves them into the source's own shard
-//   queues, once, before its first commit (createLegacyOutboxMigration). Pages the outbox kept
+//   queues, once, before its first commit or catch-up (createLegacyOutboxMigration). Pages the outbox kept
 //   after forwarding them (marked in the old queue's slot) are already in the old queues: skipped.
 // - slices in the old per-shard queues: `work` delivers them first and starts a sink's new queues
 //   only once every old queue of that sink is empty (legacyQueuesPending, delivery.ts), so

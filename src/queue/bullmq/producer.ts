@@ -190,6 +190,8 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     const fence = opts.leases?.fence(commit.source);
     if (opts.leases && !fence)
       throw new LeaseFencedError(commit.source, 'this replica does not hold the lease');
+    // What an earlier release left in the source's outbox is older than this page.
+    await legacy.migrate(commit.source, fence);
     // Bounded like the commit: BullMQ waits for the very first "ready" without limit.
     for (let attempt = 1; ; attempt++) {
       try {
@@ -323,6 +325,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     const fence = opts.leases?.fence(commit.source);
     if (opts.leases && !fence)
       throw new LeaseFencedError(commit.source, 'this replica does not hold the lease');
+    await legacy.migrate(commit.source, fence);
     const sink = sinks.find((s) => s.name === commit.sink);
     const wanted = sink ? commit.changes.filter((change) => passesFilter(sink.filter, change)) : [];
     const plan: PagePlan = {
@@ -361,10 +364,6 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
 
   async function laggingSinks(source: string): Promise<LaggingSink[]> {
     const client = await queueClient();
-    // A cluster written by an earlier release may hold pages in this source's outbox: they go to
-    // its queues before anything else of it (legacy-layout.ts); once per source, nothing after.
-    const fence = opts.leases?.fence(source);
-    if (fence || !opts.leases) await legacy.migrate(source, fence);
     const lagging = await readLagging(client, keys, source, opts.sinks);
     // The poller asks between its commits: what it reads is what its next commit must honour.
     view?.lagging.set(source, new Set(lagging.map((l) => l.sink)));
