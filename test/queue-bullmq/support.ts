@@ -4,6 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { Queue, type JobType } from 'bullmq';
 import { Redis } from 'ioredis';
 import { pino, type Logger } from 'pino';
+import { afterAll, beforeAll } from 'vitest';
 import type { QueueConfig, SinkFilter } from '../../src/config/types.js';
 import { NeverError, RetryLaterError } from '../../src/core/errors.js';
 import type { Change } from '../../src/core/change.js';
@@ -15,6 +16,7 @@ import type { DeliveryRunner } from '../../src/queue/queue.js';
 import type { Sink } from '../../src/sinks/sink.js';
 import { makeChange as buildChange } from '../../src/testing/make-change.js';
 import { RecordingSink, type FailurePlan, type SharedRecord } from '../queue/support.js';
+import { startRedis, type RedisServer } from '../support/redis.js';
 
 export { RecordingSink, type SharedRecord } from '../queue/support.js';
 
@@ -160,4 +162,21 @@ export async function sliceJobs(
     connection.disconnect();
   }
   return found;
+}
+
+/**
+ * A private redis-server for one test file, with a plain client on it: started before the file's
+ * tests, stopped after them. Read `server` and `client` inside tests (they are set by then).
+ */
+export function useRedis(): { readonly server: RedisServer; readonly client: Redis } {
+  const ctx = {} as { server: RedisServer; client: Redis };
+  beforeAll(async () => {
+    ctx.server = await startRedis();
+    ctx.client = new Redis(ctx.server.url);
+  });
+  afterAll(async () => {
+    ctx.client?.disconnect();
+    await ctx.server?.stop();
+  });
+  return ctx;
 }
