@@ -38,6 +38,8 @@ export interface AdminRequest {
   query: URLSearchParams;
   body: unknown;
   role: Role;
+  /** A console session's CSRF token (the page asks for it again after a reload). */
+  csrf?: string;
 }
 
 /** What a change did, for the audit log and feedsync_admin_changes_total. */
@@ -224,7 +226,10 @@ export const routes: Route[] = [
     method: 'GET',
     path: '/api/v1/session',
     changes: false,
-    handle: async (_ctx, req) => ({ status: 200, body: { role: req.role } }),
+    handle: async (_ctx, req) => ({
+      status: 200,
+      body: { role: req.role, ...(req.csrf === undefined ? {} : { csrf: req.csrf }) },
+    }),
   },
   {
     method: 'GET',

@@ -13,6 +13,16 @@ import type { Logger } from '../observability/logger.js';
 import { createTextRedactor } from '../observability/redact-text.js';
 import { ReplayRefused } from '../queue/sink-positions.js';
 import { AdminError, findRoute, routes, type AdminContext, type AdminRequest } from './api.js';
+import { loadConsoleAssets } from './console-assets.js';
+import {
+  CSRF_HEADER,
+  Sessions,
+  crossOrigin,
+  csrfMatches,
+  overHttps,
+  sessionCookie,
+  type Session,
+} from './sessions.js';
 import type { AdminTokens, Role } from './tokens.js';
 
 const { createServer } = createRequire(import.meta.url)('node:http') as typeof import('node:http');
@@ -71,6 +81,8 @@ export async function startAdminServer(opts: AdminServerOptions): Promise<Runnin
   // receiver may quote a URL or a secret, and the console must not show it.
   const scrub = createTextRedactor(collectSecrets(opts.config));
   const log = opts.logger.child({ component: 'admin' });
+  const sessions = new Sessions();
+  const assets = loadConsoleAssets();
   // Zero series from the start: a rate() over the first refusal then sees it.
   for (const r of routes)
     for (const o of ['ok', 'unauthorized', 'forbidden']) metrics.requests.labels(r.path, o).inc(0);
@@ -90,6 +102,20 @@ export async function startAdminServer(opts: AdminServerOptions): Promise<Runnin
   async function handle(req: IncomingMessage, res: ServerResponse, named: (route: string) => void) {
     const url = new URL(req.url ?? '/', 'http://admin.invalid');
     const method = req.method ?? 'GET';
+    const asset = method === 'GET' || method === 'HEAD' ? assets.get(url.pathname) : undefined;
+    if (asset) {
+      named('console');
+      res.writeHead(200, { ...securityHeaders, 'Content-Type': asset.type });
+      return void res.end(asset.body);
+    }
+    if (url.pathname === '/login' || url.pathname === '/logout') {
+      named(url.pathname);
+      if (method !== 'POST') {
+        res.setHeader('Allow', 'POST');
+        throw new AdminError(405, 'method not allowed');
+      }
+      return url.pathname === '/login' ? login(req, res) : logout(req, res);
+    }
     const found = findRoute(method, url.pathname);
     if (!found) throw new AdminError(404, 'not found');
     if ('allowed' in found) {
@@ -98,40 +124,96 @@ export async function startAdminServer(opts: AdminServerOptions): Promise<Runnin
     }
     const { route, params } = found;
     named(route.path);
-    const role = authenticate(req);
-    if (!role)
+    const caller = authenticate(req);
+    if (!caller)
       throw new AdminError(
         401,
-        'a valid bearer token is required (Authorization: Bearer <token>)',
+        'a valid bearer token is required (Authorization: Bearer <token>), or a console session',
         {},
-        {
-          'WWW-Authenticate': 'Bearer realm="feedsync admin"',
-        },
+        { 'WWW-Authenticate': 'Bearer realm="feedsync admin"' },
       );
-    if (route.changes && role !== 'write')
+    if (route.changes && caller.session) refuseForgery(req, caller.session);
+    if (route.changes && caller.role !== 'write')
       throw new AdminError(403, 'the read-only token may not change anything');
     const body = route.method === 'GET' ? undefined : await readJsonBody(req);
-    const request: AdminRequest = { params, query: url.searchParams, body, role };
+    const request: AdminRequest = {
+      params,
+      query: url.searchParams,
+      body,
+      role: caller.role,
+      csrf: caller.session?.csrf,
+    };
     const answer = await route.handle(opts, request);
     if (answer.audit) {
       const a = answer.audit;
       if (!a.dry_run) metrics.changes.labels(a.action).inc();
       // Which token (its label, never the token), what, how many.
       log.info(
-        { token: role, action: a.action, dry_run: a.dry_run, count: a.count, target: a.target },
+        {
+          token: caller.role,
+          via: caller.session ? 'console' : 'bearer',
+          action: a.action,
+          dry_run: a.dry_run,
+          count: a.count,
+          target: a.target,
+        },
         `admin: ${a.action}${a.dry_run ? ' (dry run)' : ''} of ${a.count}`,
       );
     }
     sendJson(res, answer.status, answer.body);
   }
 
-  /** The role of the request's bearer token, if it carries a valid one. */
-  function authenticate(req: IncomingMessage): Role | undefined {
+  /**
+   * Who is asking: a bearer token (API clients; no cookie, so no CSRF to fear) wins over a
+   * console session; a request with a wrong token is not rescued by a cookie.
+   */
+  function authenticate(req: IncomingMessage): { role: Role; session?: Session } | undefined {
     const header = req.headers.authorization;
-    if (typeof header !== 'string' || header.length > 1024) return undefined;
+    if (header !== undefined) {
+      const role = bearerRole(header);
+      return role && { role };
+    }
+    const found = sessions.of(req);
+    return found && { role: found.session.role, session: found.session };
+  }
+
+  function bearerRole(header: string): Role | undefined {
+    if (header.length > 1024) return undefined;
     const space = header.indexOf(' ');
     if (space < 0 || header.slice(0, space).toLowerCase() !== 'bearer') return undefined;
     return opts.tokens.roleOf(header.slice(space + 1).trim());
+  }
+
+  /** A cookie session's change must come from the console's own origin and echo its CSRF token. */
+  function refuseForgery(req: IncomingMessage, session: Session): void {
+    if (crossOrigin(req)) throw new AdminError(403, 'refused: the request comes from another origin');
+    if (!csrfMatches(req, session))
+      throw new AdminError(403, `refused: missing or wrong CSRF token (the ${CSRF_HEADER} header)`);
+  }
+
+  /** `POST /login {"token"}`: a session for the token's role in a cookie; the CSRF token in the answer. */
+  async function login(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (crossOrigin(req)) throw new AdminError(403, 'refused: the request comes from another origin');
+    const body = await readJsonBody(req);
+    const token = (body as { token?: unknown }).token;
+    const role =
+      typeof token === 'string' && token.length <= 1024 ? opts.tokens.roleOf(token.trim()) : undefined;
+    if (!role) {
+      log.warn({ from: req.socket.remoteAddress }, 'admin: console login refused (wrong token)');
+      throw new AdminError(401, 'wrong token');
+    }
+    const { id, session } = sessions.create(role);
+    log.info({ token: role, via: 'console' }, 'admin: console login');
+    sendJson(res, 200, { role, csrf: session.csrf }, { 'Set-Cookie': sessionCookie(id, overHttps(req)) });
+  }
+
+  async function logout(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const found = sessions.of(req);
+    if (found) {
+      refuseForgery(req, found.session);
+      sessions.delete(found.id);
+    }
+    sendJson(res, 200, { logged_out: true }, { 'Set-Cookie': sessionCookie('', overHttps(req), 0) });
   }
 
   function sendJson(
@@ -170,14 +252,20 @@ export async function startAdminServer(opts: AdminServerOptions): Promise<Runnin
   };
 }
 
-/** Sent with every answer: nothing here is cached, framed, sniffed or leaks its URL. */
+/**
+ * Sent with every answer: nothing here is cached, framed, sniffed or leaks its URL; the console
+ * runs only its own files (no inline script or style, no other origin).
+ */
 const securityHeaders: Record<string, string> = {
   'Cache-Control': 'no-store',
   'X-Content-Type-Options': 'nosniff',
   'Referrer-Policy': 'no-referrer',
   'X-Frame-Options': 'DENY',
+  'Cross-Origin-Opener-Policy': 'same-origin',
+  'Cross-Origin-Resource-Policy': 'same-origin',
   'Content-Security-Policy':
-    "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
+    "object-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
 };
 
 /** The status and JSON body an error answers with; 500s say nothing of the cause (it is logged). */
