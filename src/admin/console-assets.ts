@@ -7,6 +7,7 @@ const FILES: Record<string, [file: string, type: string]> = {
   '/': ['index.html', 'text/html; charset=utf-8'],
   '/console.js': ['console.js', 'text/javascript; charset=utf-8'],
   '/console.css': ['console.css', 'text/css; charset=utf-8'],
+  '/favicon.svg': ['favicon.svg', 'image/svg+xml'],
 };
 
 export interface Asset {

@@ -606,8 +606,8 @@ function deadLettersPage(params) {
       ? null
       : h('p', { class: 'muted' }, 'Read-only: log in with the write token to retry or drop.'),
     actions,
-    list,
     detail,
+    list,
   );
   return { root, live: true, refresh };
 }
