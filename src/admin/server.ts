@@ -100,7 +100,12 @@ export async function startAdminServer(opts: AdminServerOptions): Promise<Runnin
   });
 
   async function handle(req: IncomingMessage, res: ServerResponse, named: (route: string) => void) {
-    const url = new URL(req.url ?? '/', 'http://admin.invalid');
+    let url: URL;
+    try {
+      url = new URL(req.url ?? '/', 'http://admin.invalid');
+    } catch {
+      throw new AdminError(400, 'malformed request URL');
+    }
     const method = req.method ?? 'GET';
     const asset = method === 'GET' || method === 'HEAD' ? assets.get(url.pathname) : undefined;
     if (asset) {

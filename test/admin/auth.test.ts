@@ -3,6 +3,7 @@
 // the token) and counted. Also the transport's refusals: bodies over 64 KiB, bad JSON, unknown
 // paths and methods. Auth does not depend on the driver: the local one serves here.
 import { writeFileSync } from 'node:fs';
+import { request } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readAdminTokens } from '../../src/admin/tokens.js';
@@ -159,6 +160,22 @@ describe('requests', () => {
     expect(wrong.status).toBe(405);
     expect(wrong.headers.get('allow')).toBe('GET');
     expect((await call(f, f.writeToken, 'GET', '/api/v1/replay')).status).toBe(405);
+  });
+
+  it('answers 400 to a request URL it cannot parse', async () => {
+    const status = await new Promise<number>((resolve, reject) => {
+      const req = request(
+        `${f.url}/`,
+        { path: '//[', headers: { authorization: `Bearer ${f.writeToken}` } },
+        (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        },
+      );
+      req.on('error', reject);
+      req.end();
+    });
+    expect(status).toBe(400);
   });
 
   it('sends headers that keep answers out of caches and frames', async () => {
