@@ -10,6 +10,7 @@ import { CommandError } from '../commands/errors.js';
 import { collectSecrets } from '../config/redact.js';
 import { ConfigError, FeedsyncError, errorMessage } from '../core/errors.js';
 import type { Logger } from '../observability/logger.js';
+import { createLogRate } from '../observability/log-rate.js';
 import { createTextRedactor } from '../observability/redact-text.js';
 import { ReplayRefused } from '../queue/sink-positions.js';
 import { AdminError, findRoute, routes, type AdminContext, type AdminRequest } from './api.js';
@@ -82,6 +83,7 @@ export async function startAdminServer(opts: AdminServerOptions): Promise<Runnin
   const scrub = createTextRedactor(collectSecrets(opts.config));
   const log = opts.logger.child({ component: 'admin' });
   const sessions = new Sessions();
+  const refusedLogins = createLogRate();
   const assets = loadConsoleAssets();
   // Zero series from the start: a rate() over the first refusal then sees it.
   for (const r of routes)
@@ -204,7 +206,9 @@ export async function startAdminServer(opts: AdminServerOptions): Promise<Runnin
     const role =
       typeof token === 'string' && token.length <= 1024 ? opts.tokens.roleOf(token.trim()) : undefined;
     if (!role) {
-      log.warn({ from: req.socket.remoteAddress }, 'admin: console login refused (wrong token)');
+      // Once a minute at most, with how many were left out: guessing must not flood the log.
+      const admitted = refusedLogins.admit('login');
+      if (admitted) log.warn({ repeated: admitted.repeated }, 'admin: console login refused (wrong token)');
       throw new AdminError(401, 'wrong token');
     }
     const { id, session } = sessions.create(role);

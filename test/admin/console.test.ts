@@ -56,6 +56,11 @@ describe('login', () => {
     const wrong = await login('not-the-token');
     expect(wrong.status).toBe(401);
     expect(wrong.setCookie).toBe('');
+    for (let i = 0; i < 5; i++) expect((await login(`guess-${i}`)).status).toBe(401);
+    // Logged once a minute at most, never with what was tried.
+    const refused = f.logs.filter((l) => l.msg === 'admin: console login refused (wrong token)');
+    expect(refused).toHaveLength(1);
+    expect(JSON.stringify(f.logs)).not.toMatch(/not-the-token|guess-/);
     const plain = await login(f.writeToken);
     expect(plain.status).toBe(200);
     expect(plain.body).toEqual({ role: 'write', csrf: expect.stringMatching(/^[\w-]{40,}$/) });
