@@ -84,6 +84,15 @@ function stateBadge(state) {
 const num = (n) => h('td', { class: 'num' }, n === null || n === undefined ? '–' : String(n));
 const when = (iso) => (iso ? new Date(iso).toLocaleString() : '–');
 
+/** How long ago: the lag of a source is the age of the newest event its cursor has passed. */
+function age(iso) {
+  if (!iso) return '–';
+  const s = Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
+  if (s < 120) return `${s} s`;
+  if (s < 7200) return `${Math.round(s / 60)} min`;
+  return s < 172800 ? `${Math.round(s / 3600)} h` : `${Math.round(s / 86400)} d`;
+}
+
 function say(text, kind = '') {
   notice.className = kind;
   notice.hidden = !text;
@@ -280,7 +289,16 @@ function overviewPage() {
       replace(
         sources,
         table(
-          ['Source', 'State', 'Cursor', 'Last event', 'Last successful poll', 'Polled by', 'Last error'],
+          [
+            'Source',
+            'State',
+            'Cursor',
+            'Last event',
+            'Cursor age',
+            'Last successful poll',
+            'Polled by',
+            'Last error',
+          ],
           src.sources.map((s) =>
             h(
               'tr',
@@ -289,6 +307,7 @@ function overviewPage() {
               h('td', {}, stateBadge(s.state)),
               num(s.cursor),
               h('td', {}, when(s.last_event_at)),
+              h('td', { class: 'num' }, age(s.last_event_at)),
               h('td', {}, when(s.last_successful_poll_at)),
               h('td', {}, s.polled_by ?? '–'),
               h('td', { class: 'error' }, s.last_error ?? ''),
