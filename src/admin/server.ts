@@ -4,13 +4,14 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
-import { Counter, type Registry } from 'prom-client';
+import type { Registry } from 'prom-client';
 import { SourceHeldError } from '../commands/cursor.js';
 import { CommandError } from '../commands/errors.js';
 import { collectSecrets } from '../config/redact.js';
 import { ConfigError, FeedsyncError, errorMessage } from '../core/errors.js';
 import type { Logger } from '../observability/logger.js';
 import { createLogRate } from '../observability/log-rate.js';
+import { adminMetrics } from '../observability/metrics.js';
 import { createTextRedactor } from '../observability/redact-text.js';
 import { ReplayRefused } from '../queue/sink-positions.js';
 import { AdminError, findRoute, routes, type AdminContext, type AdminRequest } from './api.js';
@@ -57,23 +58,6 @@ function outcomeOf(status: number): string {
     413: 'too_large',
   };
   return named[status] ?? (status < 500 ? 'invalid' : 'error');
-}
-
-export function adminMetrics(registry: Registry) {
-  return {
-    requests: new Counter({
-      name: 'feedsync_admin_requests_total',
-      help: 'Requests to the admin API and console, by route and outcome',
-      labelNames: ['route', 'outcome'] as const,
-      registers: [registry],
-    }),
-    changes: new Counter({
-      name: 'feedsync_admin_changes_total',
-      help: 'Changes made through the admin API (dry runs not included), by action',
-      labelNames: ['action'] as const,
-      registers: [registry],
-    }),
-  };
 }
 
 export async function startAdminServer(opts: AdminServerOptions): Promise<RunningAdminServer> {
