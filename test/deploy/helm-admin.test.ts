@@ -50,7 +50,29 @@ function expectTokensMounted(objects: K8sObject[]) {
   }
 }
 
+const everything = {
+  admin: {
+    enabled: true,
+    existingSecret: 'feedsync-admin',
+    service: { enabled: true },
+    ingress: { enabled: true, host: 'feedsync-admin.example.internal' },
+    networkPolicy: { enabled: true, from: [{ podSelector: {} }] },
+  },
+};
+
 describe('helm chart: admin', () => {
+  it('passes helm lint --strict with every admin object, in both modes', () => {
+    for (const mode of ['single', 'scaled']) {
+      const values = chart.valuesFile(`lint-${mode}.yaml`, {
+        ...everything,
+        mode,
+        redis: { url: 'redis://redis:6379' },
+      });
+      const r = chart.helm(['lint', '--strict', chart.chartDir, '-f', values]);
+      expect(r.code, r.stdout + r.stderr).toBe(0);
+    }
+  });
+
   it('is off by default: no admin block, port, volume or object', () => {
     const objects = chart.render();
     expect(renderedConfig(objects).config.admin).toBeUndefined();
