@@ -66,7 +66,7 @@ export async function startAdminServer(opts: AdminServerOptions): Promise<Runnin
   // receiver may quote a URL or a secret, and the console must not show it.
   const scrub = createTextRedactor(collectSecrets(opts.config));
   const log = opts.logger.child({ component: 'admin' });
-  const sessions = new Sessions();
+  const sessions = new Sessions(opts.tokens.sessionKey);
   const refusedLogins = createLogRate();
   const assets = loadConsoleAssets();
   // Zero series from the start: a rate() over the first refusal then sees it.
@@ -164,8 +164,8 @@ export async function startAdminServer(opts: AdminServerOptions): Promise<Runnin
       const role = bearerRole(header);
       return role && { role };
     }
-    const found = sessions.of(req);
-    return found && { role: found.session.role, session: found.session };
+    const session = sessions.of(req);
+    return session && { role: session.role, session };
   }
 
   function bearerRole(header: string): Role | undefined {
@@ -195,16 +195,16 @@ export async function startAdminServer(opts: AdminServerOptions): Promise<Runnin
       if (admitted) log.warn({ repeated: admitted.repeated }, 'admin: console login refused (wrong token)');
       throw new AdminError(401, 'wrong token');
     }
-    const { id, session } = sessions.create(role);
+    const { cookie, session } = sessions.create(role);
     log.info({ token: role, via: 'console' }, 'admin: console login');
-    sendJson(res, 200, { role, csrf: session.csrf }, { 'Set-Cookie': sessionCookie(id, overHttps(req)) });
+    sendJson(res, 200, { role, csrf: session.csrf }, { 'Set-Cookie': sessionCookie(cookie, overHttps(req)) });
   }
 
   async function logout(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const found = sessions.of(req);
-    if (found) {
-      refuseForgery(req, found.session);
-      sessions.delete(found.id);
+    const session = sessions.of(req);
+    if (session) {
+      refuseForgery(req, session);
+      sessions.revoke(session);
     }
     sendJson(res, 200, { logged_out: true }, { 'Set-Cookie': sessionCookie('', overHttps(req), 0) });
   }

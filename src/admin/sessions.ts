@@ -1,8 +1,10 @@
-// Console sessions: a login with a token gives a random session id in an HttpOnly, SameSite=Strict
-// cookie, and a CSRF token bound to that session which every change request must echo in a
-// header. The token itself is never stored in the browser. Sessions live in this process only
-// (a restart logs everyone out) and expire; their number is bounded.
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+// Console sessions: a login with a token gives an HttpOnly, SameSite=Strict cookie naming the
+// role, its expiry and a random id, signed (HMAC-SHA256) with a key derived from the token files,
+// and a CSRF token bound to that id which every change request must echo in a header. The token
+// itself is never stored in the browser. Any process with the same token files accepts the
+// cookie (the replicas behind one Service), and changing a token ends every session. A logout
+// clears the cookie and revokes its id in the process that served it.
+import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { Role } from './tokens.js';
 
@@ -10,57 +12,75 @@ export const SESSION_COOKIE = 'feedsync_admin';
 export const CSRF_HEADER = 'x-csrf-token';
 /** A session lasts this long from its login, used or not. */
 export const SESSION_TTL_MS = 8 * 60 * 60 * 1000;
-/** The oldest session is dropped past this many (logins are cheap to repeat, memory is not). */
-const MAX_SESSIONS = 1000;
+/** Revoked ids remembered at most (each only until its session would have expired anyway). */
+const MAX_REVOKED = 10_000;
 
 export interface Session {
   role: Role;
+  /** The random id the cookie carries. */
+  id: string;
   csrf: string;
   expiresAt: number;
 }
 
+const ROLES: readonly Role[] = ['write', 'read'];
+
 export class Sessions {
-  private readonly byId = new Map<string, Session>();
+  private readonly revoked = new Map<string, number>();
 
-  constructor(private readonly now: () => number = Date.now) {}
+  /** `key`: the signing key, the same in every process with the same tokens (AdminTokens.sessionKey). */
+  constructor(
+    private readonly key: Buffer,
+    private readonly now: () => number = Date.now,
+  ) {}
 
-  create(role: Role): { id: string; session: Session } {
-    const id = randomBytes(32).toString('base64url');
-    const session = {
-      role,
-      csrf: randomBytes(32).toString('base64url'),
-      expiresAt: this.now() + SESSION_TTL_MS,
-    };
-    this.byId.set(id, session);
-    // Insertion order is login order: the first key is the oldest session.
-    while (this.byId.size > MAX_SESSIONS) this.byId.delete(this.byId.keys().next().value as string);
-    return { id, session };
+  /** A new session: the cookie's value and the session. */
+  create(role: Role): { cookie: string; session: Session } {
+    const id = randomBytes(24).toString('base64url');
+    const expiresAt = this.now() + SESSION_TTL_MS;
+    const body = `${role}.${expiresAt}.${id}`;
+    return { cookie: `${body}.${this.mac(body)}`, session: this.session(role, id, expiresAt) };
   }
 
-  /** The live session of the request's cookie, if any. */
-  of(req: IncomingMessage): { id: string; session: Session } | undefined {
-    const id = cookieValue(req.headers.cookie, SESSION_COOKIE);
-    if (id === undefined) return undefined;
-    const session = this.byId.get(id);
-    if (!session) return undefined;
-    if (session.expiresAt <= this.now()) {
-      this.byId.delete(id);
-      return undefined;
-    }
-    return { id, session };
+  /** The live session of the request's cookie: signed by this key, not expired, not revoked. */
+  of(req: IncomingMessage): Session | undefined {
+    const value = cookieValue(req.headers.cookie, SESSION_COOKIE);
+    const parts = value?.split('.');
+    if (parts?.length !== 4) return undefined;
+    const [role, expires, id, mac] = parts as [Role, string, string, string];
+    if (!equal(mac, this.mac(`${role}.${expires}.${id}`))) return undefined;
+    const expiresAt = Number(expires);
+    if (!ROLES.includes(role) || !(expiresAt > this.now()) || this.revoked.has(id)) return undefined;
+    return this.session(role, id, expiresAt);
   }
 
-  delete(id: string): void {
-    this.byId.delete(id);
+  /** Ends the session here (other processes accept its cookie until it expires; the browser drops it). */
+  revoke(session: Session): void {
+    const now = this.now();
+    for (const [id, until] of this.revoked) if (until <= now) this.revoked.delete(id);
+    this.revoked.set(session.id, session.expiresAt);
+    while (this.revoked.size > MAX_REVOKED) this.revoked.delete(this.revoked.keys().next().value as string);
   }
+
+  private session(role: Role, id: string, expiresAt: number): Session {
+    return { role, id, expiresAt, csrf: this.mac(`csrf.${id}`) };
+  }
+
+  private mac(text: string): string {
+    return createHmac('sha256', this.key).update(text).digest('base64url');
+  }
+}
+
+/** Equal texts, compared in constant time over their digests. */
+function equal(a: string, b: string): boolean {
+  const digest = (s: string) => createHash('sha256').update(s).digest();
+  return timingSafeEqual(digest(a), digest(b));
 }
 
 /** Whether the request echoes the session's CSRF token (compared in constant time). */
 export function csrfMatches(req: IncomingMessage, session: Session): boolean {
   const sent = req.headers[CSRF_HEADER];
-  if (typeof sent !== 'string' || sent.length > 200) return false;
-  const digest = (s: string) => createHash('sha256').update(s).digest();
-  return timingSafeEqual(digest(sent), digest(session.csrf));
+  return typeof sent === 'string' && sent.length <= 200 && equal(sent, session.csrf);
 }
 
 /** The request came over https: TLS to this listener, or a proxy in front saying so. */
@@ -82,8 +102,8 @@ export function crossOrigin(req: IncomingMessage): boolean {
   return origin.toLowerCase() !== own.toLowerCase();
 }
 
-export function sessionCookie(id: string, secure: boolean, maxAgeS = SESSION_TTL_MS / 1000): string {
-  return `${SESSION_COOKIE}=${id}; Path=/; HttpOnly; SameSite=Strict; Max-Age=${maxAgeS}${secure ? '; Secure' : ''}`;
+export function sessionCookie(value: string, secure: boolean, maxAgeS = SESSION_TTL_MS / 1000): string {
+  return `${SESSION_COOKIE}=${value}; Path=/; HttpOnly; SameSite=Strict; Max-Age=${maxAgeS}${secure ? '; Secure' : ''}`;
 }
 
 function cookieValue(header: string | undefined, name: string): string | undefined {

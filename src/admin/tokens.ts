@@ -14,6 +14,8 @@ export type Role = 'write' | 'read';
 export interface AdminTokens {
   /** The role of a presented token, or undefined when it is none of them. */
   roleOf(token: string): Role | undefined;
+  /** Signs console sessions: derived from both tokens, so every process with them agrees and a new token ends the sessions. */
+  sessionKey: Buffer;
 }
 
 const digest = (text: string): Buffer => createHash('sha256').update(text, 'utf8').digest();
@@ -33,6 +35,11 @@ export function readAdminTokens(admin: AdminConfig, configDir: string): AdminTok
       'holds the same token as admin.token_file (a read-only token must differ from the one that may change things)',
     );
   return {
+    sessionKey: createHash('sha256')
+      .update('feedsync admin sessions\0')
+      .update(write)
+      .update(read ?? Buffer.alloc(0))
+      .digest(),
     roleOf(token) {
       if (token === '') return undefined;
       const presented = digest(token);

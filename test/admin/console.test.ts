@@ -5,6 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SESSION_TTL_MS, Sessions } from '../../src/admin/sessions.js';
+import { readAdminTokens } from '../../src/admin/tokens.js';
 import { call, openAdminFixture, type AdminFixture } from './support.js';
 
 let f: AdminFixture;
@@ -23,6 +24,7 @@ async function login(token: string, headers: Record<string, string> = {}) {
 }
 
 const origin = () => f.url;
+const tokenConfig = { enabled: true, host: '127.0.0.1', port: 0 };
 const dryRetry = (headers: Record<string, string>) =>
   call(f, undefined, 'POST', '/api/v1/dead-letters/retry', { filter: {}, dry_run: true }, headers);
 
@@ -65,7 +67,7 @@ describe('login', () => {
     expect(plain.status).toBe(200);
     expect(plain.body).toEqual({ role: 'write', csrf: expect.stringMatching(/^[\w-]{40,}$/) });
     expect(plain.setCookie).toMatch(
-      /^feedsync_admin=[\w-]{40,}; Path=\/; HttpOnly; SameSite=Strict; Max-Age=28800$/,
+      /^feedsync_admin=write\.\d+\.[\w-]{32}\.[\w-]{43}; Path=\/; HttpOnly; SameSite=Strict; Max-Age=28800$/,
     );
     const secure = await login(f.writeToken, {
       'x-forwarded-proto': 'https',
@@ -131,16 +133,23 @@ describe('a cookie session', () => {
     expect((await call(f, undefined, 'GET', '/api/v1/status', undefined, { cookie })).status).toBe(401);
   });
 
-  it('expires after its lifetime, and the oldest is dropped past the bound', () => {
+  it('is signed: any process with the same tokens takes it, a changed role or token does not, nor an expired one', () => {
     let now = 0;
-    const sessions = new Sessions(() => now);
-    const { id } = sessions.create('write');
-    const req = (cookie: string) => ({ headers: { cookie } }) as never;
-    expect(sessions.of(req(`a=b; feedsync_admin=${id}`))?.session.role).toBe('write');
+    const key = (t: string) => readAdminTokens({ ...tokenConfig, token_file: t }, f.dir).sessionKey;
+    const here = new Sessions(key('write.token'), () => now);
+    const replica = new Sessions(key('write.token'), () => now);
+    const rotated = new Sessions(key('read.token'), () => now);
+    const req = (value: string) => ({ headers: { cookie: `a=b; feedsync_admin=${value}` } }) as never;
+    const { cookie, session } = here.create('read');
+    expect(replica.of(req(cookie))).toEqual(session);
+    expect(session.csrf).not.toBe(here.create('read').session.csrf);
+    expect(rotated.of(req(cookie))).toBeUndefined();
+    expect(here.of(req(cookie.replace(/^read\./, 'write.')))).toBeUndefined();
+    const [role, expires, id, mac] = cookie.split('.');
+    expect(here.of(req([role, Number(expires) + 60_000, id, mac].join('.')))).toBeUndefined();
+    here.revoke(session);
+    expect(here.of(req(cookie))).toBeUndefined();
     now += SESSION_TTL_MS;
-    expect(sessions.of(req(`feedsync_admin=${id}`))).toBeUndefined();
-    const first = sessions.create('read').id;
-    for (let i = 0; i < 1000; i++) sessions.create('read');
-    expect(sessions.of(req(`feedsync_admin=${first}`))).toBeUndefined();
+    expect(replica.of(req(cookie))).toBeUndefined();
   });
 });

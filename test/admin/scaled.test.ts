@@ -125,6 +125,27 @@ describe('the admin API on poll and work replicas', () => {
     }
   });
 
+  it('takes a console session made by one replica on the other (the replicas behind one Service)', async () => {
+    const login = await call(poll, undefined, 'POST', '/login', { token: TOKEN });
+    const cookie = (login.headers.get('set-cookie') ?? '').split(';')[0]!;
+    const session = await call(work, undefined, 'GET', '/api/v1/session', undefined, { cookie });
+    expect(session.status).toBe(200);
+    expect(session.body).toEqual(login.body);
+    const dry = await call(
+      work,
+      undefined,
+      'POST',
+      '/api/v1/dead-letters/drop',
+      { filter: {}, dry_run: true },
+      {
+        cookie,
+        origin: work.url,
+        'x-csrf-token': login.body.csrf,
+      },
+    );
+    expect(dry.body.count).toBe(refused().length);
+  });
+
   it('retries through the poller; the worker delivers', async () => {
     rmSync(flag);
     const r = await call(poll, TOKEN, 'POST', '/api/v1/dead-letters/retry', { filter: { sink: 'picky' } });
