@@ -1,4 +1,4 @@
-// The admin API's routes (docs/admin.md; CONTRACT.md §5): each calls the same function as its CLI
+// The admin API's routes (docs/admin.md): each calls the same function as its CLI
 // command (src/commands/*) and answers with the CLI's `--json` shape. Transport, authentication
 // and audit are the server's (server.ts); a route only says whether it changes something.
 import { z } from 'zod';
@@ -117,13 +117,14 @@ const cursorBody = z.union([
   z.strictObject({ reset: z.literal(true) }),
 ]);
 
-function parse<T>(schema: z.ZodType<T>, value: unknown): T {
+/** `value` as the schema has it, or a 400 naming each field that does not fit. */
+function parse<T>(schema: z.ZodType<T>, value: unknown, what = 'request body'): T {
   const result = schema.safeParse(value);
   if (result.success) return result.data;
   const problems = result.error.issues.map((i) =>
     i.path.length ? `${i.path.join('.')}: ${i.message}` : i.message,
   );
-  throw new AdminError(400, `invalid request body: ${problems.join('; ')}`);
+  throw new AdminError(400, `invalid ${what}: ${problems.join('; ')}`);
 }
 
 /** The dead-letter filters of a query string (`?sink=&source=&event_type=&q=&key=`). */
@@ -131,13 +132,7 @@ function queryOf(params: URLSearchParams): DeadLetterQuery {
   const raw: Record<string, string> = {};
   for (const key of ['sink', 'key', 'source', 'event_type', 'q'])
     if (params.has(key) && params.get(key) !== '') raw[key] = params.get(key) as string;
-  const result = queryShape.safeParse(raw);
-  if (!result.success)
-    throw new AdminError(
-      400,
-      `invalid query: ${result.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`,
-    );
-  return result.data;
+  return parse(queryShape, raw, 'query');
 }
 
 function intParam(params: URLSearchParams, key: string, fallback: number, max: number): number {

@@ -1,4 +1,4 @@
-// The admin API's contract (CONTRACT.md §5, docs/admin.md), run once per queue driver (local.test.ts,
+// The admin API's contract (docs/admin.md), run once per queue driver (local.test.ts,
 // bullmq.test.ts): what each route answers, that its JSON is the CLI's `--json` shape (the same
 // functions make both), and that its changes reach the queue.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
