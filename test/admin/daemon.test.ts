@@ -67,8 +67,11 @@ describe('feedsync run with admin.enabled', () => {
     expect((await p.waitForExit(10_000)).code).toBe(0);
   });
 
-  it('fails the start when the token file is missing, naming admin.token_file (exit 2)', async () => {
+  it('fails the start when the token file is missing, naming admin.token_file (exit 2); so does check-config', async () => {
     const { file } = config({ enabled: true, token_file: 'nowhere.token' });
+    const check = spawnCli(['--config', file, 'check-config']);
+    expect((await check.waitForExit(20_000)).code).toBe(2);
+    expect(check.stderr().join('\n')).toMatch(/admin\.token_file: cannot read .*nowhere\.token \(ENOENT\)/);
     const p = spawnCli(['--config', file, 'run']);
     const exit = await p.waitForExit(20_000);
     expect(exit.code).toBe(2);
