@@ -63,14 +63,13 @@ beforeAll(async () => {
   [poll, work] = await Promise.all([adminOf(poller), adminOf(worker)]);
   await waitFor(
     async () => {
-      const sinks = (await call(work, TOKEN, 'GET', '/api/v1/sinks')).body?.sinks as {
-        sink: string;
-        dead: number;
-      }[];
-      return sinks?.find((s) => s.sink === 'picky')?.dead === refused().length;
+      const sinks = (await call(work, TOKEN, 'GET', '/api/v1/sinks')).body?.sinks as
+        { sink: string; dead: number; queued: number; in_flight: number; delayed: number }[] | undefined;
+      const idle = sinks?.every((s) => s.queued + s.in_flight + s.delayed === 0);
+      return idle === true && sinks?.find((s) => s.sink === 'picky')?.dead === refused().length;
     },
     60_000,
-    'the refused changes dead-lettered',
+    'every change delivered, the refused ones dead-lettered',
   );
 }, 120_000);
 
