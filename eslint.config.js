@@ -36,4 +36,19 @@ export default tseslint.config(
       '@typescript-eslint/no-explicit-any': 'off',
     },
   },
+  {
+    // The admin console runs in the browser.
+    files: ['src/admin/console/**/*.js'],
+    languageOptions: {
+      globals: {
+        document: 'readonly',
+        window: 'readonly',
+        location: 'readonly',
+        fetch: 'readonly',
+        Node: 'readonly',
+        FormData: 'readonly',
+        URLSearchParams: 'readonly',
+      },
+    },
+  },
 );

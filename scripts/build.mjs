@@ -1,4 +1,5 @@
-// Compile TypeScript and copy the non-TS assets that ship inside the package (JSON Schemas), then
+// Compile TypeScript and copy the non-TS assets that ship inside the package (JSON Schemas, the
+// admin console's files), then
 // bundle the command line: dist/cli.js and dist/cli-chunks/ replace the compiled cli.js.
 import { execFileSync } from 'node:child_process';
 import {
@@ -35,7 +36,11 @@ function copyAssets(dir) {
   for (const name of readdirSync(dir)) {
     const path = join(dir, name);
     if (statSync(path).isDirectory()) copyAssets(path);
-    else if (name.endsWith('.json')) {
+    // The admin console's static files ship as they are (no bundler: they must work offline).
+    else if (
+      name.endsWith('.json') ||
+      relative(join(root, 'src', 'admin', 'console'), path).split('/')[0] !== '..'
+    ) {
       const target = join(out, relative(join(root, 'src'), path));
       mkdirSync(dirname(target), { recursive: true });
       cpSync(path, target);

@@ -4,7 +4,8 @@
 # package), reads the sandbox with clients other people wrote: curl (--digest) and Python's
 # requests (Debian's python3-requests), goes through a real forward proxy (tinyproxy), makes a
 # private PKI with the openssl CLI and runs a private PostgreSQL cluster for the postgres sink
-# (Debian's postgresql: initdb and pg_ctl live in /usr/lib/postgresql/<version>/bin). Install
+# (Debian's postgresql: initdb and pg_ctl live in /usr/lib/postgresql/<version>/bin), and drives
+# the admin console in Debian's chromium (through puppeteer-core). Install
 # whichever is missing when we may (root, apt available); otherwise say what to do.
 set -euo pipefail
 missing=()
@@ -16,6 +17,7 @@ command -v curl >/dev/null 2>&1 || missing+=(curl)
 python3 -c 'import requests' >/dev/null 2>&1 || missing+=(python3-requests)
 command -v tinyproxy >/dev/null 2>&1 || missing+=(tinyproxy)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 { compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null 2>&1; } &&
   { compgen -G '/usr/lib/postgresql/*/bin/pg_ctl' >/dev/null || command -v pg_ctl >/dev/null 2>&1; } &&
   command -v psql >/dev/null 2>&1 || missing+=(postgresql)

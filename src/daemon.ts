@@ -1,6 +1,7 @@
 // Composition root: sinks → queue driver → delivery → pollers, plus metrics and health. Each
 // acquired piece registers its releaser; stop() releases in reverse order within the budget.
 import type { Logger } from 'pino';
+import type { Registry } from 'prom-client';
 import { backoffDelay, sleep } from './backoff.js';
 import type { FeedsyncConfig } from './config/types.js';
 import { ConfigError, errorMessage } from './core/errors.js';
@@ -48,6 +49,8 @@ export class StartAborted extends Error {
 export interface Daemon {
   events: PipelineEvents;
   metricsPort: number;
+  /** The admin listener's port, when `admin.enabled`. */
+  adminPort?: number;
   admin: QueueAdmin;
   /** Graceful: stop polling, finish or hand back in-flight work, persist, close. Idempotent. */
   stop(): Promise<void>;
@@ -118,6 +121,10 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     });
     release.add('http server', () => server.close());
 
+    // Lazily, and only when enabled: a daemon without the admin listener loads none of it. Its
+    // tokens are read before the queue opens, so a missing token file fails the start at once.
+    const admin = config.admin.enabled ? await prepareAdmin(opts) : undefined;
+
     const opened = await openDriverPatiently(
       { config, mode, sinks, events, logger },
       opts.signal,
@@ -128,7 +135,9 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     release.add('queue driver', () => opened.close());
     delete checks.queue;
     Object.assign(checks, opened.checks);
-    const { admin, delivery } = opened;
+    const { delivery } = opened;
+    const adminServer = admin && (await admin.start(opened, metrics.registry, events));
+    if (adminServer) release.add('admin server', () => adminServer.close());
 
     if (delivery) {
       // Registered after the sinks, so released before them: deliveries end, then sinks close.
@@ -154,6 +163,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
         sources: polls ? config.sources.map((s) => s.name) : [],
         sinks: sinkNames,
         metrics_port: server.port,
+        ...(adminServer && { admin_port: adminServer.port }),
       },
       'feedsync started',
     );
@@ -172,7 +182,8 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     return {
       events,
       metricsPort: server.port,
-      admin,
+      adminPort: adminServer?.port,
+      admin: opened.admin,
       failed,
       stop: () =>
         (stopped ??= release.close().then((errors) => {
@@ -185,6 +196,60 @@ export async function startDaemon(opts: DaemonOptions): Promise<Daemon> {
     await release.close();
     throw err;
   }
+}
+
+/**
+ * Reads the admin tokens (ConfigError naming the key) and returns what starts the admin listener
+ * once the queue is open. It works on this process's driver where that has every part the
+ * commands need (`run`, `poll`); a `work` replica opens the ops parts for it, as the CLI does.
+ */
+async function prepareAdmin(opts: DaemonOptions) {
+  const { config, logger } = opts;
+  const [{ readAdminTokens }, { startAdminServer }, { watchActivity }, { openOps }] = await Promise.all([
+    import('./admin/tokens.js'),
+    import('./admin/server.js'),
+    import('./admin/activity.js'),
+    import('./commands/admin.js'),
+  ]);
+  const tokens = readAdminTokens(config.admin, opts.configDir);
+  return {
+    async start(driver: QueueDriver, registry: Registry, events: PipelineEvents) {
+      const { sourceState, leases, admin, positions } = driver;
+      let own: ReturnType<typeof openOps> | undefined;
+      const ops =
+        sourceState && leases
+          ? () => Promise.resolve({ sourceState, leases, admin, positions })
+          : () =>
+              (own ??= openOps(config).catch((err: unknown) => {
+                own = undefined; // the next request tries again (Redis back, say)
+                throw err;
+              }));
+      const activity = modeDelivers(opts.mode)
+        ? watchActivity(
+            events,
+            config.sinks.map((s) => s.name),
+          )
+        : undefined;
+      const server = await startAdminServer({
+        config,
+        ops,
+        activity,
+        host: config.admin.host,
+        port: config.admin.port,
+        tokens,
+        registry,
+        logger,
+      });
+      return {
+        port: server.port,
+        async close() {
+          activity?.close();
+          await server.close();
+          await (await own?.catch(() => undefined))?.close();
+        },
+      };
+    },
+  };
 }
 
 /**

@@ -1,6 +1,7 @@
 // `feedsync check-config`: validate the config and show what feedsync will actually use
 // (defaults filled in, ${ENV} and *_file resolved), with every secret redacted.
 import { stringify } from 'yaml';
+import { readAdminTokens } from '../admin/tokens.js';
 import { ConfigError } from '../core/errors.js';
 import { loadConfigFile } from '../config/load.js';
 import { redactConfig } from '../config/redact.js';
@@ -24,6 +25,8 @@ export function checkConfig(
 ): number {
   try {
     const loaded = loadConfigFile(file, env);
+    // The admin tokens are read at start-up, not with the config: check them as the start would.
+    if (loaded.config.admin.enabled) readAdminTokens(loaded.config.admin, loaded.dir);
     const effective = redactConfig(loaded.config);
     const from = loaded.file ?? file;
     if (opts.json)

@@ -3,7 +3,7 @@ import { ConfigError } from '../core/errors.js';
 import { findLatestEventId } from '../pipeline/poller.js';
 import { services } from '../services/index.js';
 import { createUpstreamClient, sourceClientOptions, type UpstreamClient } from '../upstream/client.js';
-import { openOps } from './admin.js';
+import { openOps, type OpsHandles } from './admin.js';
 import { CommandError, InterruptedError } from './errors.js';
 import { untilInterrupted } from './interrupt.js';
 import { progressOn, type Progress } from './progress.js';
@@ -23,49 +23,90 @@ export async function cursorCommand(
   const ops = await openOps(config);
   try {
     if (action === 'show') {
-      const cursors = (await ops.sourceState.status(config.sources.map((x) => x.name))).map((s) => ({
-        source: s.source,
-        cursor: s.cursor,
-      }));
+      const cursors = await readCursors(config, ops);
       if (args.json) return out(JSON.stringify({ cursors } satisfies CursorReport, null, 2));
       for (const s of cursors) out(`${s.source}	${s.cursor ?? '(none: start_from applies)'}`);
       return;
     }
-    const source = config.sources.find((s) => s.name === args.source);
-    if (!source)
-      throw new ConfigError(
-        '',
-        `unknown source "${args.source}" (configured: ${config.sources.map((s) => s.name).join(', ')})`,
-      );
-    let target: number | undefined;
+    const source = cursorSource(config, args.source);
+    let target: CursorTarget;
     if (action === 'set') {
       if (!args.id || !/^\d+$/.test(args.id))
         throw new ConfigError('', `cursor set needs a non-negative integer event id, got "${args.id}"`);
       target = Number(args.id);
     } else if (args.to === 'earliest') target = 0;
-    else if (args.to !== 'latest')
-      throw new ConfigError('', `cursor reset needs --to latest or --to earliest, got "${args.to}"`);
-    // Held from before the feed is read until the write: a poller that starts meanwhile waits, and
-    // one that took the source anyway (this command paused past the lease) makes the write fail.
-    const held = await ops.leases.hold(source.name);
-    if ('holder' in held)
-      throw new CommandError(
-        `refusing to move the cursor of "${source.name}": a poller holds it (${held.holder}); stop it first`,
-      );
-    try {
-      target ??= await latestEventId(source, progressOn());
-      if (held.lost.aborted)
-        throw new CommandError(
-          `the cursor of "${source.name}" was not changed: this command lost its hold on the source (paused, or the store/redis unreachable, longer than the lease)`,
-        );
-      const before = (await ops.sourceState.get(source.name))?.eventId;
-      await held.save(target, []);
-      out(`${source.name}: cursor ${before ?? '(none)'} → ${target}`);
-    } finally {
-      await held.release();
-    }
+    else if (args.to === 'latest') target = 'latest';
+    else throw new ConfigError('', `cursor reset needs --to latest or --to earliest, got "${args.to}"`);
+    const moved = await moveCursor(ops, source, target, progressOn());
+    out(`${source.name}: cursor ${moved.before ?? '(none)'} → ${moved.cursor}`);
   } finally {
     await ops.close();
+  }
+}
+
+export async function readCursors(
+  config: FeedsyncConfig,
+  ops: Pick<OpsHandles, 'sourceState'>,
+): Promise<CursorReport['cursors']> {
+  return (await ops.sourceState.status(config.sources.map((x) => x.name))).map((s) => ({
+    source: s.source,
+    cursor: s.cursor,
+  }));
+}
+
+/** The configured source of that name, or a ConfigError listing the configured ones. */
+export function cursorSource(config: FeedsyncConfig, name: string | undefined): SourceConfig {
+  const source = config.sources.find((s) => s.name === name);
+  if (!source)
+    throw new ConfigError(
+      '',
+      `unknown source "${name}" (configured: ${config.sources.map((s) => s.name).join(', ')})`,
+    );
+  return source;
+}
+
+/** An event id, or `latest`: the feed's newest event, found by paging through it. */
+export type CursorTarget = number | 'latest';
+
+/** A poller holds the source: the cursor was not moved. `holder` names the process. */
+export class SourceHeldError extends CommandError {
+  override name = 'SourceHeldError';
+  constructor(
+    readonly source: string,
+    readonly holder: string,
+  ) {
+    super(`refusing to move the cursor of "${source}": a poller holds it (${holder}); stop it first`);
+  }
+}
+
+/**
+ * Moves the source's cursor, holding the source from before the feed is read until the write: a
+ * poller that starts meanwhile waits, and one that took the source anyway (this hold paused past
+ * the lease) makes the write fail. Throws SourceHeldError while a poller holds it.
+ */
+export async function moveCursor(
+  ops: Pick<OpsHandles, 'leases' | 'sourceState'>,
+  source: SourceConfig,
+  target: CursorTarget,
+  progress: Progress,
+): Promise<{ source: string; before: number | null; cursor: number }> {
+  // Asked first: a process holding the source itself (the daemon serving the admin API) would
+  // otherwise be granted the hold as its own lease's owner, and move the cursor under its poller.
+  const holder = await ops.leases.holder(source.name);
+  if (holder !== undefined) throw new SourceHeldError(source.name, holder);
+  const held = await ops.leases.hold(source.name);
+  if ('holder' in held) throw new SourceHeldError(source.name, held.holder);
+  try {
+    const cursor = target === 'latest' ? await latestEventId(source, progress) : target;
+    if (held.lost.aborted)
+      throw new CommandError(
+        `the cursor of "${source.name}" was not changed: this command lost its hold on the source (paused, or the store/redis unreachable, longer than the lease)`,
+      );
+    const before = (await ops.sourceState.get(source.name))?.eventId ?? null;
+    await held.save(cursor, []);
+    return { source: source.name, before, cursor };
+  } finally {
+    await held.release();
   }
 }
 

@@ -2,16 +2,55 @@
 // a source's feed, the other sinks untouched. It only puts the sink at that position (fenced like
 // every writer: sink-positions.ts); the source's poller then reads the feed for it on its own
 // reader and rejoins it to the shared stream once it has caught up.
-import type { FeedsyncConfig } from '../config/types.js';
+import type { FeedsyncConfig, SinkConfig, SourceConfig } from '../config/types.js';
 import { ConfigError } from '../core/errors.js';
 import { wantsSource } from '../sinks/filter.js';
-import { openOps } from './admin.js';
+import { openOps, type OpsHandles } from './admin.js';
+
+export interface ReplayArgs {
+  sink: string;
+  source?: string;
+  /** An event id (the events after it are delivered again) or `earliest`. */
+  from: string;
+}
+
+/** A replay checked against the config: the sink, the sources it receives, the event id. */
+export interface ReplayPlan {
+  sink: SinkConfig;
+  sources: SourceConfig[];
+  from: number;
+}
+
+/** One replay started (the admin API's answer, one per source). */
+export interface ReplayStarted {
+  sink: string;
+  source: string;
+  from: number;
+  /** Where the sink was in the source's feed, or null. */
+  before: number | null;
+}
 
 export async function replayCommand(
   config: FeedsyncConfig,
-  args: { sink: string; source?: string; from: string },
+  args: ReplayArgs,
   out: (s: string) => void,
 ): Promise<void> {
+  const plan = planReplay(config, args);
+  const ops = await openOps(config);
+  try {
+    await startReplay(ops, plan, (r) =>
+      out(
+        `${r.sink} from ${r.source}: replaying after event ${r.from} (it was at ${r.before ?? '(none)'}); ` +
+          `the poller of ${r.source} re-delivers it; watch it with feedsync status`,
+      ),
+    );
+  } finally {
+    await ops.close();
+  }
+}
+
+/** Checks a replay against the config (ConfigError naming what is wrong) before anything is opened. */
+export function planReplay(config: FeedsyncConfig, args: ReplayArgs): ReplayPlan {
   const sink = config.sinks.find((s) => s.name === args.sink);
   if (!sink)
     throw new ConfigError(
@@ -35,20 +74,25 @@ export async function replayCommand(
       '',
       `sink "${sink.name}" receives nothing from ${args.source ?? 'any source'} (see its filter)`,
     );
-  const ops = await openOps(config);
-  try {
-    for (const source of sources) {
-      const { before } = await ops.positions.replay({
-        source: source.name,
-        sink: sink.name,
-        from: { cursor: from, seenAbove: [] },
-      });
-      out(
-        `${sink.name} from ${source.name}: replaying after event ${from} (it was at ${before ?? '(none)'}); ` +
-          `the poller of ${source.name} re-delivers it; watch it with feedsync status`,
-      );
-    }
-  } finally {
-    await ops.close();
+  return { sink, sources, from };
+}
+
+/** Puts the sink at the plan's position in each source, one after the other; ReplayRefused stops it. */
+export async function startReplay(
+  ops: Pick<OpsHandles, 'positions'>,
+  plan: ReplayPlan,
+  started: (r: ReplayStarted) => void = () => undefined,
+): Promise<ReplayStarted[]> {
+  const done: ReplayStarted[] = [];
+  for (const source of plan.sources) {
+    const { before } = await ops.positions.replay({
+      source: source.name,
+      sink: plan.sink.name,
+      from: { cursor: plan.from, seenAbove: [] },
+    });
+    const r = { sink: plan.sink.name, source: source.name, from: plan.from, before };
+    done.push(r);
+    started(r);
   }
+  return done;
 }

@@ -100,7 +100,11 @@ export async function statusCommand(
   }
 }
 
-async function readStatus(config: FeedsyncConfig, ops: OpsHandles): Promise<StatusReport> {
+/** The report of `feedsync status --json` and of the admin API's sources and sinks. */
+export async function readStatus(
+  config: FeedsyncConfig,
+  ops: Pick<OpsHandles, 'sourceState' | 'leases' | 'admin' | 'positions'>,
+): Promise<StatusReport> {
   const sources = await ops.sourceState.status(config.sources.map((s) => s.name));
   // Who polls what: the holder of each source's lease (with standby pollers, one replica each).
   const pollers = await Promise.all(sources.map((s) => ops.leases.holder(s.source)));

@@ -223,8 +223,26 @@ export const configSchema = z
       })
       .prefault({}),
     log: z.strictObject({ level: z.enum(LOG_LEVELS).default('info') }).prefault({}),
+    admin: z
+      .strictObject({
+        enabled: z.boolean().default(false),
+        host: nonEmpty.default('127.0.0.1'),
+        port: z.number().int().min(0).max(65535).default(9465),
+        // Paths, read when the listener starts (relative to the config file): the tokens never
+        // sit in the config object, so nothing that prints the config can show them.
+        token_file: nonEmpty.optional(),
+        read_token_file: nonEmpty.optional(),
+      })
+      .prefault({}),
   })
   .superRefine((config, ctx) => {
+    if (config.admin.enabled && config.admin.token_file === undefined)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['admin', 'token_file'],
+        message:
+          'required when admin.enabled is true (a file holding the bearer token that may change things)',
+      });
     config.sources.forEach((source, i) => {
       if ((source.cert_file === undefined) !== (source.key_file === undefined)) {
         ctx.addIssue({

@@ -122,6 +122,18 @@ export interface FeedsyncConfig {
   sinks: SinkConfig[];
   http: { host: string; port: number };
   log: { level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent' };
+  /** The admin API and console (docs/admin.md); off by default. */
+  admin: AdminConfig;
+}
+
+export interface AdminConfig {
+  enabled: boolean;
+  host: string;
+  port: number;
+  /** File holding the bearer token that may read and change (required when enabled). */
+  token_file?: string;
+  /** File holding the bearer token that may only read. */
+  read_token_file?: string;
 }
 
 /** A loaded config plus where it came from. */

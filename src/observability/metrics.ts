@@ -446,3 +446,24 @@ export function createMetrics(opts: MetricsOptions): Metrics {
     },
   };
 }
+
+/**
+ * The admin listener's metrics, registered by it (src/admin/server.ts) when `admin.enabled`:
+ * defined here with every other metric, and absent from /metrics when the listener is off.
+ */
+export function adminMetrics(registry: Registry) {
+  return {
+    requests: new Counter({
+      name: 'feedsync_admin_requests_total',
+      help: 'Requests to the admin API and console, by route and outcome',
+      labelNames: ['route', 'outcome'] as const,
+      registers: [registry],
+    }),
+    changes: new Counter({
+      name: 'feedsync_admin_changes_total',
+      help: 'Changes made through the admin API (dry runs not included), by action',
+      labelNames: ['action'] as const,
+      registers: [registry],
+    }),
+  };
+}

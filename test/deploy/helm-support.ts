@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { parseAllDocuments, stringify } from 'yaml';
 import { Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
+import { Ingress, NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { ConfigMap, Pod, Secret, Service, ServiceAccount } from 'kubernetes-models/v1';
 import { ScaledObject } from '@kubernetes-models/keda/keda.sh/v1alpha1';
@@ -123,6 +124,8 @@ const models: Record<string, new (data: any) => { validate(): void }> = {
   'v1/Secret': Secret,
   'v1/Service': Service,
   'v1/ServiceAccount': ServiceAccount,
+  'networking.k8s.io/v1/Ingress': Ingress,
+  'networking.k8s.io/v1/NetworkPolicy': NetworkPolicy,
   // CRDs, validated against the schemas their operators publish.
   'keda.sh/v1alpha1/ScaledObject': ScaledObject,
   'monitoring.coreos.com/v1/PrometheusRule': PrometheusRule,

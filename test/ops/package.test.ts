@@ -49,6 +49,11 @@ describe('the published package', () => {
       'dist/testing/index.d.ts',
       'config/feedsync.yaml',
       'config/examples/my-sink.js',
+      // The admin console's files, read from dist/admin/console/ by the bundled CLI.
+      'dist/admin/console/index.html',
+      'dist/admin/console/console.js',
+      'dist/admin/console/console.css',
+      'dist/admin/console/favicon.svg',
     ])
       expect(files, f).toContain(f);
   });

@@ -82,6 +82,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
+{{- define "feedsync.adminDir" -}}/etc/feedsync/admin{{- end -}}
+
 {{- define "feedsync.redisTlsDir" -}}/etc/feedsync/redis-tls{{- end -}}
 
 {{/* The files of redis.tls.existingSecret the pods mount: key in the Secret -> file name. */}}
@@ -127,6 +129,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- if and .Values.secrets.existingSecret .Values.secrets.values -}}
 {{- fail "set either secrets.existingSecret or secrets.values, not both" -}}
+{{- end -}}
+{{- if and .Values.admin.enabled (not .Values.admin.existingSecret) -}}
+{{- fail "admin.enabled needs admin.existingSecret: the Secret holding the admin tokens (key admin.tokenKey)" -}}
+{{- end -}}
+{{- if and .Values.admin.ingress.enabled (not (and .Values.admin.enabled .Values.admin.service.enabled)) -}}
+{{- fail "admin.ingress.enabled needs admin.enabled and admin.service.enabled" -}}
+{{- end -}}
+{{- if and .Values.admin.ingress.enabled (not .Values.admin.ingress.host) -}}
+{{- fail "admin.ingress.enabled needs admin.ingress.host" -}}
 {{- end -}}
 {{- if .Values.secrets.values -}}
 {{- $dir := printf "%s/" (include "feedsync.secretsDir" .) -}}
@@ -224,6 +235,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $_ := set $cfg "store" (dict "path" "/data/feedsync.db") -}}
 {{- end -}}
 {{- $_ := set $cfg "http" (dict "host" "0.0.0.0" "port" (int .Values.metrics.port)) -}}
+{{- if .Values.admin.enabled -}}
+{{- $admin := dict "enabled" true "port" (int .Values.admin.port) "host" (ternary "0.0.0.0" "127.0.0.1" .Values.admin.service.enabled) -}}
+{{- $_ := set $admin "token_file" (printf "%s/%s" (include "feedsync.adminDir" .) .Values.admin.tokenKey) -}}
+{{- with .Values.admin.readTokenKey -}}
+{{- $_ := set $admin "read_token_file" (printf "%s/%s" (include "feedsync.adminDir" $) .) -}}
+{{- end -}}
+{{- $_ := set $cfg "admin" $admin -}}
+{{- end -}}
 {{- toYaml $cfg -}}
 {{- end -}}
 
@@ -270,6 +289,20 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
     defaultMode: 0440
     items:
       {{- . | nindent 6 }}
+{{- end }}
+{{- if .Values.admin.enabled }}
+- name: admin-tokens
+  secret:
+    secretName: {{ .Values.admin.existingSecret }}
+    # Group-readable only, like the credentials.
+    defaultMode: 0440
+    items:
+      - key: {{ .Values.admin.tokenKey }}
+        path: {{ .Values.admin.tokenKey }}
+      {{- with .Values.admin.readTokenKey }}
+      - key: {{ . }}
+        path: {{ . }}
+      {{- end }}
 {{- end }}
 {{- with .Values.extraVolumes }}
 {{ toYaml . }}
@@ -367,6 +400,11 @@ initContainers:
     - name: metrics
       containerPort: {{ $root.Values.metrics.port }}
       protocol: TCP
+    {{- if $root.Values.admin.enabled }}
+    - name: admin
+      containerPort: {{ $root.Values.admin.port }}
+      protocol: TCP
+    {{- end }}
   {{- range $probe := list "startupProbe" "livenessProbe" "readinessProbe" }}
   {{- with index $root.Values $probe }}
   {{ $probe }}:
@@ -394,6 +432,11 @@ initContainers:
     {{- if include "feedsync.redisTlsItems" $root }}
     - name: redis-tls
       mountPath: {{ include "feedsync.redisTlsDir" $root }}
+      readOnly: true
+    {{- end }}
+    {{- if $root.Values.admin.enabled }}
+    - name: admin-tokens
+      mountPath: {{ include "feedsync.adminDir" $root }}
       readOnly: true
     {{- end }}
     {{- if .data }}
