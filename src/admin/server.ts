@@ -3,7 +3,6 @@
 // server: a dozen routes do not justify a framework.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createRequire } from 'node:module';
-import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import { SourceHeldError } from '../commands/cursor.js';
 import { CommandError } from '../commands/errors.js';
@@ -11,6 +10,7 @@ import { collectSecrets } from '../config/redact.js';
 import { ConfigError, FeedsyncError, errorMessage } from '../core/errors.js';
 import type { Logger } from '../observability/logger.js';
 import { createLogRate } from '../observability/log-rate.js';
+import { listen } from '../observability/listen.js';
 import { adminMetrics } from '../observability/metrics.js';
 import { createTextRedactor } from '../observability/redact-text.js';
 import { ReplayRefused } from '../queue/sink-positions.js';
@@ -223,26 +223,10 @@ export async function startAdminServer(opts: AdminServerOptions): Promise<Runnin
     res.end(scrub(JSON.stringify(value)));
   }
 
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(opts.port, opts.host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  const port = (server.address() as AddressInfo).port;
+  const listening = await listen(server, opts.host, opts.port);
+  const { port } = listening;
   log.info({ host: opts.host, port }, 'admin API listening');
-  let closing: Promise<void> | undefined;
-  return {
-    port,
-    close() {
-      closing ??= new Promise<void>((resolve, reject) => {
-        server.close((err) => (err ? reject(err) : resolve()));
-        server.closeAllConnections();
-      });
-      return closing;
-    },
-  };
+  return listening;
 }
 
 /**

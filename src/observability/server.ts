@@ -2,10 +2,10 @@
 // routes do not justify a framework.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createRequire } from 'node:module';
-import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import { errorMessage } from '../core/errors.js';
 import type { Liveness, Readiness } from './health.js';
+import { listen } from './listen.js';
 import type { Logger } from './logger.js';
 
 // Required, not imported: an ES import of node:http evaluates every export, among them the lazy
@@ -64,28 +64,10 @@ export async function startHttpServer(opts: HttpServerOptions): Promise<RunningH
     await route(res);
   }
 
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(opts.port, opts.host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  const port = (server.address() as AddressInfo).port;
+  const listening = await listen(server, opts.host, opts.port);
+  const { port } = listening;
   opts.logger.debug({ host: opts.host, port }, 'operations HTTP server listening');
-
-  let closing: Promise<void> | undefined;
-  return {
-    port,
-    close() {
-      closing ??= new Promise<void>((resolve, reject) => {
-        server.close((err) => (err ? reject(err) : resolve()));
-        // Keep-alive connections from a scraper would otherwise hold close() open until they time out.
-        server.closeAllConnections();
-      });
-      return closing;
-    },
-  };
+  return listening;
 }
 
 function pathOf(req: IncomingMessage): string {
