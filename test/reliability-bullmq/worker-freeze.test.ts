@@ -59,6 +59,7 @@ describe(`bullmq: a worker frozen past its lease ${note}`, () => {
     await eventually(() => readAttempts(dir).length >= 20, 30_000, `deliveries under way ${note}`);
     const latest = readAttempts(dir).sort((x, y) => y.start - x.start)[0]!;
     const frozen = procs.find((p) => p.pid === latest.pid)!;
+    const frozenAt = Date.now();
     frozen.signal('SIGSTOP');
     await sleep(FREEZE_MS);
     const resumedAt = Date.now();
@@ -82,6 +83,14 @@ describe(`bullmq: a worker frozen past its lease ${note}`, () => {
     // Calls in flight at the freeze: spanning the resume (none can start while the process is
     // stopped; one may start in the instant between the signal being sent and taking effect).
     const inFlight = attempts.filter((a) => a.pid === frozen.pid && a.start < resumedAt && a.end > resumedAt);
+    // A call that returned just before the freeze, its progress write not yet out, is in flight
+    // too as far as the shard goes: the next owner delivers it again, and the resumed worker
+    // reports it when that write is refused.
+    const unrecorded = new Set(
+      attempts
+        .filter((a) => a.pid === frozen.pid && a.ok && a.end >= frozenAt - 1_000 && a.end <= resumedAt)
+        .map((a) => a.key),
+    );
     const reported = frozen
       .logs()
       .filter(
@@ -106,7 +115,7 @@ describe(`bullmq: a worker frozen past its lease ${note}`, () => {
     const copies = [...counts].filter(([, n]) => n > 1).map(([k]) => k);
     const inFlightKeys = new Set(inFlight.map((a) => a.key));
     expect(
-      copies.filter((k) => !inFlightKeys.has(k)),
+      copies.filter((k) => !inFlightKeys.has(k) && !unrecorded.has(k)),
       `copies not explained by the freeze ${note}`,
     ).toEqual([]);
     expect(copies.length, `copies ${note}`).toBeLessThanOrEqual(reported);
