@@ -15,6 +15,8 @@ export interface StatusReport {
     /** The process holding the source's lease (polling it), or null. */
     polled_by: string | null;
     last_event_at: string | null;
+    /** The source's lag: seconds from its newest committed event to now (null: none yet). */
+    lag_seconds: number | null;
     last_poll_at: string | null;
     last_successful_poll_at: string | null;
     state: 'never polled' | 'behind' | 'caught up';
@@ -117,6 +119,7 @@ export async function readStatus(
       cursor: s.cursor,
       polled_by: pollers[i] ?? null,
       last_event_at: iso(s.lastEventAt),
+      lag_seconds: s.lastEventAt ? Math.max(0, Math.round((now - s.lastEventAt) / 1000)) : null,
       last_poll_at: iso(s.lastPollAt),
       last_successful_poll_at: iso(s.lastOkAt),
       state: s.lastPollAt === null ? 'never polled' : s.behind ? 'behind' : 'caught up',
