@@ -21,8 +21,9 @@ export interface WebhookReceiver {
   requests: ReceivedRequest[];
   /** Requests whose signature was missing or wrong (should stay empty). */
   badSignatures: string[];
-  /** Keys answered 2xx at least once. */
-  accepted(): Set<string>;
+  /** Keys answered 2xx at least once (kept as requests arrive: checks poll it often, and rebuilding
+   * it per call once cost seconds of this process's loop, long enough to time the sender out). */
+  accepted(): ReadonlySet<string>;
   attempts(key: string): number;
   setPolicy(policy: Policy): void;
   close(): Promise<void>;
@@ -36,6 +37,7 @@ export async function startReceiver(
   const requests: ReceivedRequest[] = [];
   const badSignatures: string[] = [];
   const attemptsByKey = new Map<string, number>();
+  const accepted = new Set<string>();
   let current = policy;
   const server: Server = createServer((req, res) => {
     const chunks: Buffer[] = [];
@@ -63,6 +65,7 @@ export async function startReceiver(
       attemptsByKey.set(key, attempt);
       const status = current(key, attempt);
       requests.push({ key, status, bodyKey, at: Date.now() });
+      if (status < 300) accepted.add(key);
       const headers: Record<string, string> = { 'content-type': 'text/plain' };
       if (status === 503 && opts.retryAfter !== undefined) headers['retry-after'] = opts.retryAfter;
       res.writeHead(status, headers).end(status < 300 ? 'ok' : `refused ${key}`);
@@ -74,7 +77,7 @@ export async function startReceiver(
     url: `http://127.0.0.1:${port}/hooks/feedsync`,
     requests,
     badSignatures,
-    accepted: () => new Set(requests.filter((r) => r.status < 300).map((r) => r.key)),
+    accepted: () => accepted,
     attempts: (key) => attemptsByKey.get(key) ?? 0,
     setPolicy(policy) {
       current = policy;
