@@ -1,84 +1,151 @@
-// The shard lease of a worker (src/queue/bullmq/shard-lease.ts) on a real Redis: a lease another
-// worker holds is waited for; one this very process left behind (its release failed while Redis
-// was away: across a Sentinel failover the promoted replica keeps it) is taken over at once, but
-// never while a delivery of this process still holds it.
-import { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { shardLeaseKey, shardLeaseTokenKey } from '../../src/queue/bullmq/names.js';
-import { ShardLeases, type ShardLease } from '../../src/queue/bullmq/shard-lease.js';
-import { startRedis, type RedisServer } from '../support/redis.js';
-import { silentLogger } from './support.js';
+// Shard leases on a real Redis (src/queue/bullmq/shard-lease.ts over leases.ts): each `work`
+// process holds its share of every sink's shards for as long as it serves them, a joining process
+// gets its share from the one that held them all, and a progress write is fenced by the lease and
+// the job's lock.
+import { afterEach, describe, expect, it } from 'vitest';
+import { RedisLeases, type HeldRedisLease } from '../../src/queue/bullmq/leases.js';
+import { shardLease, shardLeaseSpec } from '../../src/queue/bullmq/shard-lease.js';
+import { backlogKey, shardLeaseKey, shardLeaseTokenKey } from '../../src/queue/bullmq/names.js';
+import { silentLogger, useRedis } from './support.js';
 
-let redis: RedisServer;
-let client: Redis;
-
-beforeAll(async () => {
-  redis = await startRedis();
-  client = new Redis(redis.url);
-});
-afterAll(async () => {
-  client?.disconnect();
-  await redis?.stop();
+const redis = useRedis();
+const TAG = '{shard-lease-test}';
+const SHARDS = 4;
+const SINKS = ['file', 'hook'];
+const never = new AbortController().signal;
+const opened: RedisLeases[] = [];
+afterEach(async () => {
+  for (const leases of opened.splice(0)) await leases.close();
+  await redis.client.flushall();
 });
 
-const TAG = '{lease-test}';
-const OWNER = 'host:1';
-
-/** A job whose lock this worker holds (the lease is taken for one job). */
-async function job(name: string): Promise<{ key: string; lockToken: string }> {
-  const key = `${TAG}:file.0:${name}`;
-  await client.set(`${key}:lock`, 'lock-token');
-  return { key, lockToken: 'lock-token' };
-}
-
-function leases(): ShardLeases {
-  return new ShardLeases({
-    connection: client,
-    prefix: 'lease-test',
-    ttlMs: 60_000,
-    owner: OWNER,
+function member(owner: string, ttlMs = 1_000): RedisLeases {
+  const leases = new RedisLeases({
+    client: redis.client.duplicate(),
+    membersKey: `${TAG}:workers`,
+    owner,
+    ttlMs,
     logger: silentLogger,
+    groupSize: () => SHARDS,
+    what: 'shard',
+    holder: 'its consumer',
   });
+  opened.push(leases);
+  return leases;
 }
 
-/** acquire() of shard 0, given up after `ms`. */
-async function acquireWithin(
-  of: ShardLeases,
-  ms: number,
-  name: string,
-): Promise<ShardLease | 'not-ours' | undefined> {
-  return of.acquire(TAG, 'file', 0, await job(name), AbortSignal.timeout(ms));
+/** Serves every shard of every sink the way delivery.ts does: acquire, hold until lost, release, again. */
+function serveAll(leases: RedisLeases, stop: AbortSignal): Map<string, HeldRedisLease> {
+  const holding = new Map<string, HeldRedisLease>();
+  for (const sink of SINKS)
+    for (let shard = 0; shard < SHARDS; shard++) {
+      const spec = shardLeaseSpec(TAG, sink, shard);
+      void (async () => {
+        while (!stop.aborted) {
+          const held = await leases.acquire(spec, stop);
+          if (!held) return;
+          holding.set(spec.name, held);
+          await new Promise<void>((resolve) => {
+            const done = AbortSignal.any([stop, held.lost]);
+            if (done.aborted) resolve();
+            done.addEventListener('abort', () => resolve(), { once: true });
+          });
+          holding.delete(spec.name);
+          await held.release();
+        }
+      })();
+    }
+  return holding;
+}
+
+const perSink = (holding: Map<string, unknown>, sink: string): number =>
+  [...holding.keys()].filter((name) => name.startsWith(`${TAG}:${sink}.`)).length;
+
+async function until(check: () => boolean, ms: number, what: string): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }
 
 describe('shard leases', () => {
-  it("waits for another worker's lease", async () => {
-    await client.set(shardLeaseKey(TAG, 'file', 0), '7 host:2', 'PX', 60_000);
-    await expect(acquireWithin(leases(), 400, 'j1')).resolves.toBeUndefined();
-    expect(await client.get(shardLeaseKey(TAG, 'file', 0))).toBe('7 host:2');
-    await client.del(shardLeaseKey(TAG, 'file', 0));
+  it('a process alone serves every shard; a second one gets half of each sink, without overlap', async () => {
+    const stop = new AbortController();
+    const a = serveAll(member('a'), stop.signal);
+    await until(() => a.size === SINKS.length * SHARDS, 3_000, 'a serving every shard');
+    const b = serveAll(member('b'), stop.signal);
+    await until(
+      () => SINKS.every((sink) => perSink(a, sink) === SHARDS / 2 && perSink(b, sink) === SHARDS / 2),
+      5_000,
+      'each process serving half of each sink',
+    );
+    expect(
+      [...a.keys()].filter((name) => b.has(name)),
+      'no shard served by both',
+    ).toEqual([]);
+    // Stable once both hold their share.
+    const before = [...a.keys()].sort();
+    await new Promise((r) => setTimeout(r, 1_200));
+    expect([...a.keys()].sort()).toEqual(before);
+    stop.abort();
   });
 
-  it('takes over at once a lease of its own that no delivery of this process holds', async () => {
-    await client.set(shardLeaseTokenKey(TAG, 'file', 0), '9');
-    await client.set(shardLeaseKey(TAG, 'file', 0), `9 ${OWNER}`, 'PX', 60_000);
-    const lease = await acquireWithin(leases(), 2_000, 'j2');
-    expect(lease, 'taken within the wait, not after the 60 s TTL').not.toBeUndefined();
-    expect((lease as ShardLease).token, 'with a new, larger token').toBeGreaterThan(9);
-    await (lease as ShardLease).release();
-    expect(await client.get(shardLeaseKey(TAG, 'file', 0))).toBeNull();
+  it('fences progress writes by the lease and the job lock; a lease taken over is lost and invalid', async () => {
+    const leases = member('a', 1_000);
+    const spec = shardLeaseSpec(TAG, 'file', 0);
+    const held = (await leases.acquire(spec, never))!;
+    const lease = shardLease(redis.client, 'shard-lease-test', TAG, 'file', 0, held, 1_000);
+    expect(lease.fence().scope).toBe('shard:file:0');
+    const jobKey = `${TAG}:file.0:job-1`;
+    await redis.client.set(`${jobKey}:lock`, 'lock-1');
+    await redis.client.hset(backlogKey(TAG), 'file', 5);
+    expect(await lease.saveProgress(jobKey, 'lock-1', { done: 2, attempts: 0 })).toBe(true);
+    expect(await redis.client.hget(backlogKey(TAG), 'file'), 'delivered changes leave the backlog').toBe('3');
+    expect(await lease.saveProgress(jobKey, 'another-lock', { done: 3, attempts: 0 }), 'not our job').toBe(
+      false,
+    );
+    // Another process took the shard (the key expired while this one was paused).
+    await redis.client.set(shardLeaseKey(TAG, 'file', 0), `${held.fence.token + 1} b`, 'PX', 10_000);
+    expect(await lease.saveProgress(jobKey, 'lock-1', { done: 3, attempts: 0 })).toBe(false);
+    expect(JSON.parse((await redis.client.hget(jobKey, 'progress'))!)).toEqual({ done: 2, attempts: 0 });
+    await until(() => held.lost.aborted, 2_000, 'the renewal noticing the lease taken');
+    expect(lease.valid()).toBe(false);
+    await held.release();
+    expect(await redis.client.get(shardLeaseKey(TAG, 'file', 0)), 'release leaves the new holder').toMatch(
+      / b$/,
+    );
   });
 
-  it('does not take its own lease while a delivery of this process holds it', async () => {
-    const shared = leases();
-    const first = (await acquireWithin(shared, 2_000, 'j3')) as ShardLease;
-    expect(first).toBeDefined();
-    await expect(
-      acquireWithin(shared, 400, 'j4'),
-      'second slice of the shard waits',
-    ).resolves.toBeUndefined();
-    await first.release();
-    const second = (await acquireWithin(shared, 2_000, 'j4')) as ShardLease;
-    expect(second.token).toBeGreaterThan(first.token);
-    await second.release();
+  it('a lease Redis forgot is restored for its holder, unless a newer token was handed out since', async () => {
+    const leases = member('a', 1_000);
+    const held = (await leases.acquire(shardLeaseSpec(TAG, 'file', 1), never))!;
+    const lease = shardLease(redis.client, 'shard-lease-test', TAG, 'file', 1, held, 1_000);
+    const key = shardLeaseKey(TAG, 'file', 1);
+    const tokenKey = shardLeaseTokenKey(TAG, 'file', 1);
+    const jobKey = `${TAG}:file.1:job-2`;
+    await redis.client.set(`${jobKey}:lock`, 'lock-2');
+    // Redis restarts without its last second of writes: the lease and the counter's last step.
+    await redis.client.del(key);
+    await redis.client.set(tokenKey, String(held.fence.token - 5));
+    expect(await lease.saveProgress(jobKey, 'lock-2', { done: 1, attempts: 0 })).toBe(true);
+    expect(await redis.client.get(key)).toBe(held.fence.value);
+    expect(Number(await redis.client.get(tokenKey)), 'the next token is above the holder’s again').toBe(
+      held.fence.token,
+    );
+    // Forgotten again: the renewal restores it as well, and the holder keeps it.
+    await redis.client.del(key);
+    await new Promise((r) => setTimeout(r, 600));
+    expect(await redis.client.get(key)).toBe(held.fence.value);
+    expect(held.lost.aborted).toBe(false);
+    expect(lease.valid()).toBe(true);
+    // Forgotten, but another process was given a newer token meanwhile (and let it go): not ours.
+    await redis.client.del(key);
+    await redis.client.set(tokenKey, String(held.fence.token + 1));
+    expect(await lease.saveProgress(jobKey, 'lock-2', { done: 2, attempts: 0 })).toBe(false);
+    expect(await redis.client.get(key)).toBeNull();
+    await until(() => held.lost.aborted, 2_000, 'the renewal finding a newer token');
+    expect(lease.valid()).toBe(false);
+    await held.release();
   });
 });

@@ -116,8 +116,10 @@ describe('bullmq source leases', () => {
 
   it('fences page commits: an old holder whose lease was taken writes neither jobs nor cursor', async () => {
     const config = queueConfig(redis.url);
-    const a = leasesFor(config.prefix, 'old', { ttlMs: 15_000 });
-    const b = leasesFor(config.prefix, 'new', { ttlMs: 15_000 });
+    // Three sources: with two replicas each may hold two, so `b` can hold `other` beforehand.
+    const sources = ['scheduling', 'workflow', 'other'];
+    const a = leasesFor(config.prefix, 'old', { ttlMs: 15_000, sources });
+    const b = leasesFor(config.prefix, 'new', { ttlMs: 15_000, sources });
     const producerOf = (leases: RedisSourceLeases) => {
       const p = createBullmqProducer({
         queue: config,
@@ -138,8 +140,19 @@ describe('bullmq source leases', () => {
       seenAbove: [],
     });
 
+    // `b` has joined (its first lease waits a heartbeat), so its next acquire is at once.
+    await b.acquire('other', never, () => undefined);
+    // Just after the old holder renewed (its key's TTL reset), its next renewal is a second away:
+    // the steps below run before it can notice anything.
+    const key = `{${config.prefix}}:lease:scheduling`;
+    for (let last = await inspector.pttl(key); ;) {
+      const now = await inspector.pttl(key);
+      if (now > last) break;
+      last = now;
+      await new Promise((r) => setTimeout(r, 5));
+    }
     // The old holder is paused past its TTL (simulated: its key expires) and another replica takes it.
-    await inspector.del(`{${config.prefix}}:lease:scheduling`);
+    await inspector.del(key);
     await b.acquire('scheduling', never, () => undefined);
     await newProducer.commitPage({
       source: 'scheduling',

@@ -47,12 +47,13 @@ import { sleep } from '../../backoff.js';
 import { buryFailedSlice, buryFailedSlices, openDeadQueue, type DeadChange } from './dead-letters.js';
 import { legacyQueuesPending, queuedIn } from './legacy-layout.js';
 import { settledWithin } from './hand-back.js';
-import { assertSinkName, KeySpace, shardIndexes, shardQueueName } from './names.js';
-import { closeRedis, createRedisConnection, redisEndpoint, whenReady } from './redis.js';
+import { assertSinkName, KeySpace, shardIndexes, shardQueueName, workersKey } from './names.js';
+import { closeRedis, createRedisConnection, redisEndpoint } from './redis.js';
 import { warnRedisFailure } from './redis-monitor.js';
 import { Semaphore, SemaphoreClosedError } from '../../semaphore.js';
 import { defaultOwner } from './lease.js';
-import { ShardLeases, type ShardLease } from './shard-lease.js';
+import { RedisLeases } from './leases.js';
+import { shardLease, shardLeaseSpec, type ShardLease } from './shard-lease.js';
 import { deliverSlice, type SliceDeliveryContext } from './slice-delivery.js';
 import type { ChangeSlice } from './slice.js';
 
@@ -72,7 +73,6 @@ interface ShardWorker {
   worker: Worker<ChangeSlice>;
   /** worker.run(): settles when the worker has closed. */
   running: Promise<void>;
-  queue: Queue<ChangeSlice>;
 }
 
 /** How often `work` looks whether the queues of the earlier cluster layout have drained. */
@@ -86,15 +86,18 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
   const handBack = new AbortController();
   const stopRequested = new AbortController();
   const semaphores = new Map<string, Semaphore>();
-  const shardWorkers: ShardWorker[] = [];
+  /** The workers running now: one per shard this process holds. */
+  const shardWorkers = new Set<ShardWorker>();
+  /** Each shard's serve loop (serveShard). */
+  const serving: Promise<void>[] = [];
   const queues: Queue[] = [];
   let connection: Redis | undefined;
   let leaseConnection: Redis | undefined;
-  let shardLeases: ShardLeases | undefined;
+  let leases: RedisLeases | undefined;
   let started: Promise<void> | undefined;
   let stopping: Promise<void> | undefined;
 
-  function processorFor(ctx: SliceDeliveryContext, shard: number, semaphore: Semaphore) {
+  function processorFor(ctx: SliceDeliveryContext, lease: ShardLease, semaphore: Semaphore) {
     return async (job: Job<ChangeSlice>, token?: string): Promise<void> => {
       let release: () => void;
       try {
@@ -104,36 +107,7 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
         throw err;
       }
       try {
-        // One worker delivers a shard at a time, fenced (shard-lease.ts); stopping: hand it back.
-        let lease: ShardLease | 'not-ours' | undefined;
-        try {
-          const jobRef = { key: ctx.shardQueue.toKey(job.id!), lockToken: token ?? '' };
-          lease = await shardLeases!.acquire(
-            ctx.shardQueue.opts.prefix ?? '',
-            ctx.runtime.name,
-            shard,
-            jobRef,
-            stopRequested.signal,
-          );
-        } catch (err) {
-          // Redis away: give the job back (no attempt spent) rather than fail it and bury its changes.
-          ctx.logger.warn(
-            { job: job.id, err: errorMessage(err) },
-            'cannot take the shard; slice handed back',
-          );
-          throw new RateLimitError();
-        }
-        if (lease === 'not-ours')
-          ctx.logger.warn(
-            { job: job.id },
-            'the job went to another worker while this one waited for its shard',
-          );
-        if (lease === undefined || lease === 'not-ours') throw new RateLimitError();
-        try {
-          await deliverSlice(ctx, job, token ?? '', lease);
-        } finally {
-          await lease.release();
-        }
+        await deliverSlice(ctx, job, token ?? '', lease);
       } finally {
         release();
       }
@@ -177,49 +151,96 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
     await Promise.race([started, stopped]);
   }
 
-  /** A worker for one shard queue, running; undefined when stop() came first. */
-  async function openShard(
+  /**
+   * Serves one shard queue while this process holds the shard's lease: a BullMQ worker runs on the
+   * queue only then. When the lease is lost or handed over the worker closes (the slice in flight
+   * is handed back) and the lease is released, then asked for again. Returns at stop(), or once
+   * `until` aborts (a queue of an earlier layout drained).
+   */
+  async function serveShard(
     runtime: SinkRuntime,
-    prefix: string,
+    tag: string,
     shard: number,
     semaphore: Semaphore,
     deadQueue: Queue<DeadChange>,
     logger: Logger,
-  ): Promise<ShardWorker | undefined> {
+    until: AbortSignal,
+  ): Promise<void> {
     const name = shardQueueName(runtime.name, shard);
-    const shardQueue = new Queue<ChangeSlice>(name, { connection: connection!, prefix });
+    const shardQueue = new Queue<ChangeSlice>(name, { connection: connection!, prefix: tag });
     shardQueue.on('error', (err: Error) =>
       logger.debug({ queue: name, err: errorMessage(err) }, 'queue error'),
     );
     queues.push(shardQueue);
     await shardQueue.setGlobalConcurrency(1);
-    // Slices failed while no worker was around to bury them (the process died first).
-    await buryFailedSlices(shardQueue, deadQueue, logger).catch((err: unknown) =>
-      logger.warn({ queue: name, err: errorMessage(err) }, 'cannot look for failed slices'),
-    );
-    if (stopRequested.signal.aborted) return undefined;
-    const ctx: SliceDeliveryContext = {
-      runtime,
-      shardQueue,
-      deadQueue,
-      config,
-      events: opts.events,
-      logger,
-      stopping: stopRequested.signal,
-      handBack: handBack.signal,
-    };
-    const worker = new Worker<ChangeSlice>(name, processorFor(ctx, shard, semaphore), {
+    const spec = shardLeaseSpec(tag, runtime.name, shard);
+    const done = AbortSignal.any([stopRequested.signal, until]);
+    while (!done.aborted) {
+      const held = await leases!.acquire(spec, done);
+      if (!held) return;
+      // Slices failed while no worker was around to bury them (the process died first).
+      await buryFailedSlices(shardQueue, deadQueue, logger).catch((err: unknown) =>
+        logger.warn({ queue: name, err: errorMessage(err) }, 'cannot look for failed slices'),
+      );
+      if (done.aborted) {
+        await held.release();
+        return;
+      }
+      const lease = shardLease(
+        leaseConnection!,
+        config.prefix,
+        tag,
+        runtime.name,
+        shard,
+        held,
+        config.lease_ttl_ms,
+      );
+      const ctx: SliceDeliveryContext = {
+        runtime,
+        shardQueue,
+        deadQueue,
+        config,
+        events: opts.events,
+        logger,
+        // Lost or handed over: the slice goes back after the sink call in flight, which ends
+        // before the lease is released (a hand-over never overlaps two deliverers).
+        stopping: AbortSignal.any([done, held.lost]),
+        handBack: handBack.signal,
+      };
+      const served = serveWhileHeld(ctx, name, tag, lease, semaphore);
+      shardWorkers.add(served);
+      await new Promise<void>((resolve) => {
+        if (ctx.stopping.aborted) resolve();
+        ctx.stopping.addEventListener('abort', () => resolve(), { once: true });
+      });
+      // stop() closes the workers within its budget, then the leases.
+      if (stopRequested.signal.aborted) return;
+      await served.worker.close();
+      shardWorkers.delete(served);
+      await held.release();
+    }
+  }
+
+  function serveWhileHeld(
+    ctx: SliceDeliveryContext,
+    name: string,
+    tag: string,
+    lease: ShardLease,
+    semaphore: Semaphore,
+  ): ShardWorker {
+    const { logger } = ctx;
+    const worker = new Worker<ChangeSlice>(name, processorFor(ctx, lease, semaphore), {
       connection: connection!,
-      prefix,
+      prefix: tag,
       concurrency: 1,
       autorun: false,
       limiter: UNLIMITED,
       // A stall (process killed mid-slice) counts like a failed attempt of the slice.
       maxStalledCount: config.attempts,
-      // A killed worker's job blocks its whole shard (global concurrency 1) until it is found
-      // stalled. The job lock lasts as long as the shard lease (queue.lease_ttl_ms, default
-      // 15 s), so the job comes free when the lease does, and a check every half of it bounds
-      // that to ~1.5 TTL instead of BullMQ's default 30 + 30 s.
+      // A killed consumer's job blocks its whole shard (global concurrency 1) until it is found
+      // stalled. The job lock lasts as long as the shard lease (queue.lease_ttl_ms, default 15 s),
+      // so the job comes free when the lease does, and a check every half of it bounds that to
+      // ~1.5 TTL instead of BullMQ's default 30 + 30 s.
       lockDuration: config.lease_ttl_ms,
       stalledInterval: Math.max(500, Math.floor(config.lease_ttl_ms / 2)),
     });
@@ -233,65 +254,73 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
     const running = worker.run().catch((err: unknown) => {
       logger.error({ queue: name, err: errorMessage(err) }, 'worker stopped with an error');
     });
-    const started = { worker, running, queue: shardQueue };
-    shardWorkers.push(started);
-    return started;
+    return { worker, running };
   }
 
-  /**
-   * Once every queue of `old` is empty, closes their workers and starts `next`: a sink's slices of
-   * the earlier cluster layout are older than anything in its new queues.
-   */
+  /** Once every queue of `old` is empty, stops serving them and starts `next` (legacy-layout.ts). */
   async function drainThen(
     sink: string,
-    old: ShardWorker[],
-    next: () => Promise<void>,
+    old: Queue[],
+    drained: AbortController,
+    next: () => void,
     logger: Logger,
   ): Promise<void> {
-    try {
-      for (;;) {
-        if (stopRequested.signal.aborted) return;
-        const left = await Promise.all(old.map((w) => queuedIn(w.queue)));
-        if (left.every((n) => n === 0)) break;
-        await sleep(LEGACY_CHECK_MS, stopRequested.signal);
-      }
-      await Promise.all(old.map((w) => w.worker.close()));
-      logger.info(
-        { sink },
-        `sink ${sink} has delivered what the earlier cluster layout held; delivering from its new queues`,
-      );
-      await next();
-    } catch (err) {
+    for (;;) {
       if (stopRequested.signal.aborted) return;
-      logger.warn(
-        { sink, err: errorMessage(err) },
-        'cannot check the queues of the earlier cluster layout; trying again',
-      );
+      try {
+        const left = await Promise.all(old.map((q) => queuedIn(q)));
+        if (left.every((n) => n === 0)) break;
+      } catch (err) {
+        logger.warn(
+          { sink, err: errorMessage(err) },
+          'cannot check the queues of the earlier cluster layout; trying again',
+        );
+      }
       await sleep(LEGACY_CHECK_MS, stopRequested.signal);
-      return drainThen(sink, old, next, logger);
     }
+    drained.abort();
+    logger.info(
+      { sink },
+      `sink ${sink} has delivered what the earlier cluster layout held; delivering from its new queues`,
+    );
+    next();
   }
 
   async function startWorkers(): Promise<void> {
     connection = createRedisConnection(redisEndpoint(config), 'worker', opts.logger);
     leaseConnection = createRedisConnection(redisEndpoint(config), 'lock', opts.logger);
-    // It has no offline queue: a shard lease asked before it is ready fails (and warns) for nothing.
-    await whenReady(leaseConnection, 5_000);
-    shardLeases = new ShardLeases({
-      connection: leaseConnection,
-      prefix: config.prefix,
-      ttlMs: config.lease_ttl_ms,
+    leases = new RedisLeases({
+      client: leaseConnection,
+      membersKey: workersKey(keys),
       owner: defaultOwner(),
+      ttlMs: config.lease_ttl_ms,
       logger: opts.logger,
+      groupSize: () => shardIndexes(config.shards).length,
+      what: 'shard',
+      holder: 'its consumer',
     });
+    const never = new AbortController().signal;
     for (const runtime of opts.sinks) {
       const semaphore = new Semaphore(config.concurrency);
       semaphores.set(runtime.name, semaphore);
       const logger = opts.logger.child({ sink: runtime.name });
       const deadQueue: Queue<DeadChange> = openDeadQueue(runtime.name, connection, keys.shared, logger);
       queues.push(deadQueue);
-      const open = (tag: string, shard: number) =>
-        openShard(runtime, tag, shard, semaphore, deadQueue, logger);
+      const serve = (queuesOf: { tag: string; shard: number }[], until: AbortSignal) => {
+        for (const { tag, shard } of queuesOf)
+          serving.push(
+            serveShard(runtime, tag, shard, semaphore, deadQueue, logger, until).catch((err: unknown) => {
+              if (!stopRequested.signal.aborted)
+                logger.error({ tag, shard, err: errorMessage(err) }, 'shard consumer stopped with an error');
+            }),
+          );
+      };
+      // One queue per shard, under every queue tag (one on one Redis, one per source on a cluster).
+      const current = () =>
+        serve(
+          keys.queueTags.flatMap((tag) => shardIndexes(config.shards).map((shard) => ({ tag, shard }))),
+          never,
+        );
       // A cluster written by an earlier release: its per-shard queues first (legacy-layout.ts).
       const legacy = await legacyQueuesPending(keys, runtime.name, (tag, shard) => {
         const queue = new Queue<ChangeSlice>(shardQueueName(runtime.name, shard), {
@@ -299,33 +328,27 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
           prefix: tag,
         });
         queue.on('error', () => undefined);
+        queues.push(queue);
         return queue;
       });
-      const current = async () => {
-        // One queue per shard, under every queue tag (one on one Redis, one per source on a cluster).
-        for (const tag of keys.queueTags)
-          for (const shard of shardIndexes(config.shards)) {
-            // stop() may come while we wait for Redis here: start no more workers then.
-            if (stopRequested.signal.aborted) return;
-            await open(tag, shard);
-          }
-      };
+      if (stopRequested.signal.aborted) return;
       if (legacy.length === 0) {
-        await current();
+        current();
         continue;
       }
-      await Promise.all(legacy.map(({ queue }) => queue.close()));
       logger.info(
         { queues: legacy.map((l) => `${l.tag}:${shardQueueName(runtime.name, l.shard)}`) },
         `delivering what sink ${runtime.name} has queued in the cluster layout of an earlier release before its new queues`,
       );
-      const old: ShardWorker[] = [];
-      for (const { tag, shard } of legacy) {
-        if (stopRequested.signal.aborted) return;
-        const started = await open(tag, shard);
-        if (started) old.push(started);
-      }
-      void drainThen(runtime.name, old, current, logger);
+      const drained = new AbortController();
+      serve(legacy, drained.signal);
+      void drainThen(
+        runtime.name,
+        legacy.map((l) => l.queue),
+        drained,
+        current,
+        logger,
+      );
     }
     opts.logger.info(
       { sinks: opts.sinks.map((s) => s.name), shards: config.shards, concurrency: config.concurrency },
@@ -350,19 +373,22 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
       // workers it already started are closed gracefully all the same.
       await settledWithin(started ?? Promise.resolve(), Math.min(left(), 1_000));
       const graceful = await settledWithin(
-        Promise.allSettled(shardWorkers.map((s) => s.worker.close())),
+        Promise.allSettled([...shardWorkers].map((s) => s.worker.close())),
         left(),
       );
       clearTimeout(handBackTimer);
       handBack.abort();
       if (!graceful) {
         opts.logger.warn({ timeoutMs }, 'bullmq delivery did not stop in time; disconnecting');
-        await Promise.allSettled(shardWorkers.map((s) => s.worker.disconnect()));
+        await Promise.allSettled([...shardWorkers].map((s) => s.worker.disconnect()));
       }
+      // Only now that no worker delivers: another process may take the shards at once.
+      await settledWithin(leases?.close() ?? Promise.resolve(), 1_000);
+      await settledWithin(Promise.allSettled(serving), 1_000);
       await settledWithin(Promise.allSettled(queues.map((q) => q.close())), 1_000);
       if (connection) await closeRedis(connection);
       if (leaseConnection) await closeRedis(leaseConnection);
-      await settledWithin(Promise.allSettled(shardWorkers.map((s) => s.running)), 1_000);
+      await settledWithin(Promise.allSettled([...shardWorkers].map((s) => s.running)), 1_000);
     })();
     return stopping;
   }

@@ -30,10 +30,31 @@ local value = string.format('%d', token) .. ' ' .. ARGV[1]
 redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
 return {token, value}`,
 );
-// Compare-and-act: only the holder may extend or delete.
+/**
+ * Lua: `held(leaseKey, tokenKey, value, ttl)`, true while the lease is the holder's `value`. A
+ * lease Redis forgot (its last writes lost in a host crash before the AOF fsync, or a failover to
+ * a replica that lagged) is restored for its holder, with the TTL, unless a token above the
+ * holder's was handed out since: nobody took it, so the holder's work goes on instead of being
+ * handed back and done again. A lease taken by another process is never restored.
+ */
+export const HELD = `
+local function held(leaseKey, tokenKey, value, ttl)
+  local now = redis.call('GET', leaseKey)
+  if now then return now == value end
+  local token = tonumber(string.match(value, '^(%d+) '))
+  local last = tonumber(redis.call('GET', tokenKey) or '0') or 0
+  if not token or last > token then return false end
+  if last < token then redis.call('SET', tokenKey, string.format('%d', token)) end
+  redis.call('SET', leaseKey, value, 'PX', ttl)
+  return true
+end`;
+
+// Only the holder may extend. KEYS: lease, its token counter. ARGV: the lease value, TTL.
 export const RENEW = luaScript(
   'renew_lease',
-  `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end`,
+  `${HELD}
+if held(KEYS[1], KEYS[2], ARGV[1], ARGV[2]) then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0`,
 );
 export const RELEASE = luaScript(
   'release_lease',

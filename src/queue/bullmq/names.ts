@@ -19,10 +19,11 @@
 //   source state    `{feedsync}:source:scheduling`  hash: cursor, seen_above and poll status
 //   source lease    `{feedsync}:lease:scheduling`   `<token> <owner>`, expires unless renewed
 //   lease token     `{feedsync}:lease-token:scheduling`  the last fencing token (lease-scripts.ts NEXT_TOKEN)
-//   shard lease     `{feedsync}:shard-lease:hook.2` `<token> <owner>` of the worker delivering a slice
+//   shard lease     `{feedsync}:shard-lease:hook.2` `<token> <owner>` of the `work` process serving the shard
 //   shard token     `{feedsync}:shard-lease-token:hook.2`  the shard lease's last fencing token
 //   backlog         `{feedsync}:backlog`            hash: per sink, changes queued and not yet delivered
 //   pollers         `{feedsync}:pollers`            zset of live poll replicas, score = expiry
+//   workers         `{feedsync}:workers`            zset of live work processes, score = expiry
 //   commit stats    `{feedsync}:commit-stats`       hash: pages and slice jobs committed
 //   lagging sinks   `{feedsync}:lagging:scheduling` hash: sink → its own position (JSON) while it
 //                                       is off the source's shared stream (sink-positions.ts)
@@ -192,6 +193,11 @@ export function backlogKey(tag: string): string {
 
 export function pollersKey(keys: Keys): string {
   return `${keySpace(keys).shared}:pollers`;
+}
+
+/** Sorted set of live `work` processes (leases.ts): the shards' leases spread over them. */
+export function workersKey(keys: Keys): string {
+  return `${keySpace(keys).shared}:workers`;
 }
 
 export function commitStatsKey(tag: string): string {

@@ -58,8 +58,8 @@ export async function deliverSlice(
 ): Promise<void> {
   const changes = changesOf(job.data, job.id);
   const jobKey = ctx.shardQueue.toKey(job.id!);
-  // As Redis held it when the shard was taken: the Job object may be older than that.
-  const progress = progressOf({ progress: lease.progress as Job['progress'] });
+  // As Redis held it when BullMQ moved the job to active for this worker.
+  const progress = progressOf(job);
   const at: Position = {
     ...progress,
     persisted: progress.done,

@@ -56,7 +56,7 @@ export async function holdSource(
   const lost = new AbortController();
   const renew = setInterval(
     () => {
-      runScript(client, RENEW, [key], [value, String(ttlMs)]).then(
+      runScript(client, RENEW, [key, leaseTokenKey(prefix, source)], [value, String(ttlMs)]).then(
         (ok) => Number(ok) === 1 || lost.abort(),
         () => undefined,
       );
