@@ -69,13 +69,12 @@ export function covers(a: FeedPosition, b: FeedPosition): boolean {
 
 /** Thrown by a catch-up commit whose sink was moved meanwhile (a replay): nothing was written. */
 export class CatchUpRefused extends FeedsyncError {
-  constructor(source: string, sink: string, expected: number, found: number | undefined, why?: string) {
+  constructor(source: string, sink: string, expected: number, found: number | undefined) {
     super(
       `catch-up of sink ${sink} from source ${source} not committed: ` +
-        (why ??
-          (found === undefined
-            ? 'the sink is back on the shared stream'
-            : `its position was replaced (generation ${found}, this page was read for ${expected})`)),
+        (found === undefined
+          ? 'the sink is back on the shared stream'
+          : `its position was replaced (generation ${found}, this page was read for ${expected})`),
       true,
     );
   }

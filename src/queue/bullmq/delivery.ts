@@ -215,11 +215,8 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
       });
       // stop() closes the workers within its budget, then the leases.
       if (stopRequested.signal.aborted) return;
-      // A worker that cannot close within a TTL (a sink call hanging) closes on in the background:
-      // the slice it holds stays active under its job lock until then, so the next owner cannot
-      // start the shard's next slice before it; the lease itself is let go meanwhile.
-      const closed = served.worker.close().finally(() => shardWorkers.delete(served));
-      await settledWithin(closed, config.lease_ttl_ms);
+      await served.worker.close();
+      shardWorkers.delete(served);
       await held.release();
     }
   }
