@@ -2,7 +2,7 @@
 // (copies after kill -9, a counted copy after SIGSTOP, a cursor step back after a Redis kill, the
 // new baseline of a cursor command) is not flagged.
 import { describe, expect, it } from 'vitest';
-import { check, type AnomalyKind } from './checker.js';
+import { check, GRACE_MS, type AnomalyKind } from './checker.js';
 import type { Delivery, ExpectedEvent, FaultRecord, History, ReplayCommand } from './types.js';
 
 const T0 = 1_000_000;
@@ -245,6 +245,28 @@ describe('fault history checker', () => {
     expect(r.anomalies).toEqual([]);
     expect(r.copies.kill9).toBe(3);
     expect(r.stats.unfinished).toBe(1);
+  });
+
+  it('a copy whose first delivery started as Redis came back from a kill is allowed; long after, not', () => {
+    // pid 10 goes on with its slice as Redis restarts without its last second (the job's lock and
+    // progress); pid 20 takes the job Redis gave back and delivers 101 again.
+    const around = (first: number) => {
+      clock = 0;
+      return [
+        ...cleanDeliveries(20_000).filter((x) => x.key !== 'scheduling:101'),
+        d('scheduling:101', 10, first),
+        d('scheduling:101', 20, first + 40),
+      ];
+    };
+    const kill = fault('redis-kill', 3000, 4000);
+    const processes = [
+      { name: 'w1', role: 'work' as const, pid: 10, start: T0 },
+      { name: 'w2', role: 'work' as const, pid: 20, start: T0 },
+    ];
+    expect(kinds(base({ deliveries: around(4001), faults: [kill], processes }))).toEqual({});
+    expect(kinds(base({ deliveries: around(4000 + GRACE_MS + 100), faults: [kill], processes }))).toEqual({
+      copy: 1,
+    });
   });
 
   it('copies after SIGSTOP: allowed for deliveries in flight at the freeze if counted; not otherwise', () => {

@@ -60,7 +60,10 @@
 //  kill9           was made by the killed process and started before the kill;
 //  freeze          was in flight (started before, not ended by) the SIGSTOP of its own process: allowed,
 //                  but the process must count it (copy-uncounted otherwise);
-//  redis-kill      was in flight at the kill or ended within REDIS_LOSS_MS before it;
+//  redis-kill      was in flight at the kill or ended within REDIS_LOSS_MS before it, or started
+//                  before Redis was back + GRACE_MS (a worker that went on with its slice through
+//                  the restart until its next renewal found what Redis forgot: the job's lock and
+//                  progress of the lost last second), as for redis-freeze;
 //  redis-freeze, proxy-freeze, proxy-cut   was in flight during the fault, or ended within
 //                  REDIS_LOSS_MS before it or before its end + GRACE_MS (proxy faults: only
 //                  processes behind that proxy);
@@ -670,7 +673,9 @@ function explainCopy(
           break;
         case 'redis-kill':
           if (
-            (inFlightAt(f.start) || (p.stop <= f.start && p.stop >= f.start - REDIS_LOSS_MS)) &&
+            (inFlightAt(f.start) ||
+              (p.stop <= f.start && p.stop >= f.start - REDIS_LOSS_MS) ||
+              (p.start >= f.start && p.start < f.end + GRACE_MS)) &&
             c.start >= f.start
           )
             found.push({ kind: 'redis-kill', original: p, rank: 2 });

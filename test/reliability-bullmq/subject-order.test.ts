@@ -68,7 +68,15 @@ describe(`bullmq: per-subject order with 2 work processes × concurrency 4 ${not
     );
     const start = (mode: 'poll' | 'work', id: string, sinkSeed: number) =>
       spawnCli([mode], { config: configPath, env: { WORKER_ID: id, SINK_SEED: String(sinkSeed) } });
-    const procs = [start('poll', 'poll', 0), start('work', 'a', seed + 1), start('work', 'b', seed + 2)];
+    // Both work processes hold their shares of the shards before the backlog is polled: otherwise
+    // the first to start may drain it alone before the second has joined.
+    const works = [start('work', 'a', seed + 1), start('work', 'b', seed + 2)];
+    await Promise.all(
+      works.map((w) =>
+        w.waitForLog((e) => /^acquired the lease of shard/.test(String(e.msg)), 30_000, 'a shard lease'),
+      ),
+    );
+    const procs = [start('poll', 'poll', 0), ...works];
     await waitStarted(...procs);
 
     const expected = sandboxKeys(sandbox);

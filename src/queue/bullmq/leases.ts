@@ -352,7 +352,10 @@ export class RedisLeases {
 
   private async beat(): Promise<void> {
     await this.heartbeat();
-    await Promise.all([...this.held.values()].map((lease) => this.renew(lease)));
+    // A lease lost or handed over is not kept alive while its holder winds down: it expires, and
+    // another member takes it, even if this one never gets to release it.
+    const live = [...this.held.values()].filter((lease) => !lease.lost.signal.aborted);
+    await Promise.all(live.map((lease) => this.renew(lease)));
     this.rebalance();
   }
 
