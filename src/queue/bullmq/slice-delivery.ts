@@ -85,10 +85,43 @@ export async function deliverSlice(
     }
     await deliverOne(ctx, job, at, changes[at.done]!);
   }
-  // The job completes after its last progress write landed (never held up for long): a write
-  // ioredis had to send again (NOSCRIPT: Redis lost its scripts) would otherwise arrive after the
-  // job's lock is gone, be refused, and leave the sink's backlog counting delivered changes.
-  await settledWithin(at.saving, HAND_OVER_MS);
+  await recordDone(ctx, job, at, changes.length);
+}
+
+/**
+ * The job completes only once Redis has its progress at the end: the progress write is what
+ * counts the slice's changes out of the sink's backlog, and once BullMQ completes the job (its lock
+ * gone) a write still on its way (slowed by a loaded machine, or sent again by ioredis after
+ * NOSCRIPT) would be refused and leave the backlog counting delivered changes. Not recorded (the
+ * shard taken, Redis failing, or a stop ran out of time): the job goes back to its shard, and its
+ * next run finds where it stands.
+ */
+async function recordDone(
+  ctx: SliceDeliveryContext,
+  job: Job<ChangeSlice>,
+  at: Position,
+  length: number,
+): Promise<void> {
+  try {
+    await raceHandBack(at.saving, ctx.handBack);
+    if (at.persisted >= length) return;
+    if (
+      !at.taken &&
+      (await raceHandBack(
+        at.lease.saveProgress(at.jobKey, at.lockToken, { done: length, attempts: 0 }),
+        ctx.handBack,
+      ))
+    )
+      return;
+    at.taken = true;
+  } catch (err) {
+    if (!(err instanceof HandedBack))
+      ctx.logger.warn(
+        { job: job.id, err: errorMessage(err) },
+        'cannot record slice progress in redis; handing the slice back',
+      );
+  }
+  await handOver(ctx, job, at);
 }
 
 /** true when the sink took the whole batch; false when it failed (no attempt is counted for it). */
