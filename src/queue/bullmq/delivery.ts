@@ -73,7 +73,25 @@ interface ShardWorker {
   worker: Worker<ChangeSlice>;
   /** worker.run(): settles when the worker has closed. */
   running: Promise<void>;
+  /** Its slices being delivered now. */
+  active: Set<Promise<void>>;
 }
+
+/** Settles once no slice of `workers` is being delivered (those started meanwhile included). */
+async function idle(workers: Iterable<ShardWorker>): Promise<void> {
+  for (;;) {
+    const active = [...workers].flatMap((w) => [...w.active]);
+    if (active.length === 0) return;
+    await Promise.allSettled(active);
+  }
+}
+
+/**
+ * What a stop may take past its deadline, for everything after the deliveries: BullMQ's
+ * Worker.close() waits for its blocking connection, which never settles while that connection is
+ * reconnecting (bullmq#4656), so no close is waited for past this.
+ */
+const CLOSE_MS = 1_000;
 
 /** How often `work` looks whether the queues of the earlier cluster layout have drained. */
 const LEGACY_CHECK_MS = 1_000;
@@ -88,8 +106,6 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
   const semaphores = new Map<string, Semaphore>();
   /** The workers running now: one per shard this process holds. */
   const shardWorkers = new Set<ShardWorker>();
-  /** Each shard's serve loop (serveShard). */
-  const serving: Promise<void>[] = [];
   const queues: Queue[] = [];
   let connection: Redis | undefined;
   let leaseConnection: Redis | undefined;
@@ -97,21 +113,38 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
   let started: Promise<void> | undefined;
   let stopping: Promise<void> | undefined;
 
-  function processorFor(ctx: SliceDeliveryContext, lease: ShardLease, semaphore: Semaphore) {
-    return async (job: Job<ChangeSlice>, token?: string): Promise<void> => {
-      let release: () => void;
-      try {
-        release = await semaphore.acquire();
-      } catch (err) {
-        if (err instanceof SemaphoreClosedError) throw new RateLimitError();
-        throw err;
-      }
-      try {
-        await deliverSlice(ctx, job, token ?? '', lease);
-      } finally {
-        release();
-      }
+  function processorFor(
+    ctx: SliceDeliveryContext,
+    lease: ShardLease,
+    semaphore: Semaphore,
+    active: Set<Promise<void>>,
+  ) {
+    return (job: Job<ChangeSlice>, token?: string): Promise<void> => {
+      const run = deliver(ctx, lease, semaphore, job, token);
+      active.add(run);
+      return run.finally(() => active.delete(run));
     };
+  }
+
+  async function deliver(
+    ctx: SliceDeliveryContext,
+    lease: ShardLease,
+    semaphore: Semaphore,
+    job: Job<ChangeSlice>,
+    token: string | undefined,
+  ): Promise<void> {
+    let release: () => void;
+    try {
+      release = await semaphore.acquire();
+    } catch (err) {
+      if (err instanceof SemaphoreClosedError) throw new RateLimitError();
+      throw err;
+    }
+    try {
+      await deliverSlice(ctx, job, token ?? '', lease);
+    } finally {
+      release();
+    }
   }
 
   /** A slice BullMQ failed itself: its undelivered changes become dead letters (see above). */
@@ -215,9 +248,13 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
       });
       // stop() closes the workers within its budget, then the leases.
       if (stopRequested.signal.aborted) return;
-      await served.worker.close();
-      shardWorkers.delete(served);
+      // The worker takes no further slice; the one in flight ends after its sink call. By the TTL
+      // the lease has expired anyway (a lost or handed-over lease is not renewed).
+      const closing = served.worker.close();
+      await settledWithin(idle([served]), config.lease_ttl_ms);
       await held.release();
+      // The close itself may hang on a reconnecting connection (CLOSE_MS): stop() deals with it.
+      void closing.finally(() => shardWorkers.delete(served));
     }
   }
 
@@ -229,7 +266,8 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
     semaphore: Semaphore,
   ): ShardWorker {
     const { logger } = ctx;
-    const worker = new Worker<ChangeSlice>(name, processorFor(ctx, lease, semaphore), {
+    const active = new Set<Promise<void>>();
+    const worker = new Worker<ChangeSlice>(name, processorFor(ctx, lease, semaphore, active), {
       connection: connection!,
       prefix: tag,
       concurrency: 1,
@@ -254,7 +292,7 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
     const running = worker.run().catch((err: unknown) => {
       logger.error({ queue: name, err: errorMessage(err) }, 'worker stopped with an error');
     });
-    return { worker, running };
+    return { worker, running, active };
   }
 
   /** Once every queue of `old` is empty, stops serving them and starts `next` (legacy-layout.ts). */
@@ -308,12 +346,10 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
       queues.push(deadQueue);
       const serve = (queuesOf: { tag: string; shard: number }[], until: AbortSignal) => {
         for (const { tag, shard } of queuesOf)
-          serving.push(
-            serveShard(runtime, tag, shard, semaphore, deadQueue, logger, until).catch((err: unknown) => {
-              if (!stopRequested.signal.aborted)
-                logger.error({ tag, shard, err: errorMessage(err) }, 'shard consumer stopped with an error');
-            }),
-          );
+          void serveShard(runtime, tag, shard, semaphore, deadQueue, logger, until).catch((err: unknown) => {
+            if (!stopRequested.signal.aborted)
+              logger.error({ tag, shard, err: errorMessage(err) }, 'shard consumer stopped with an error');
+          });
       };
       // One queue per shard, under every queue tag (one on one Redis, one per source on a cluster).
       const current = () =>
@@ -372,23 +408,26 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
       // steps. A step stuck on Redis holds no delivery, so it is not waited for past a second: the
       // workers it already started are closed gracefully all the same.
       await settledWithin(started ?? Promise.resolve(), Math.min(left(), 1_000));
-      const graceful = await settledWithin(
-        Promise.allSettled([...shardWorkers].map((s) => s.worker.close())),
-        left(),
-      );
+      const closing = Promise.allSettled([...shardWorkers].map((s) => s.worker.close()));
+      const graceful = await settledWithin(idle(shardWorkers), left());
       clearTimeout(handBackTimer);
       handBack.abort();
+      // Past the deadline, one budget for the rest: the hand-backs, the closes, the leases.
+      const end = Date.now() + CLOSE_MS;
+      const rest = (): number => Math.max(0, end - Date.now());
       if (!graceful) {
-        opts.logger.warn({ timeoutMs }, 'bullmq delivery did not stop in time; disconnecting');
-        await Promise.allSettled([...shardWorkers].map((s) => s.worker.disconnect()));
+        opts.logger.warn(
+          { timeoutMs },
+          'bullmq delivery did not stop in time; handing back the slices in flight',
+        );
+        await settledWithin(idle(shardWorkers), rest() / 2);
       }
+      if (!(await settledWithin(closing, rest() / 2)))
+        for (const s of shardWorkers) void s.worker.disconnect().catch(() => undefined);
       // Only now that no worker delivers: another process may take the shards at once.
-      await settledWithin(leases?.close() ?? Promise.resolve(), 1_000);
-      await settledWithin(Promise.allSettled(serving), 1_000);
-      await settledWithin(Promise.allSettled(queues.map((q) => q.close())), 1_000);
-      if (connection) await closeRedis(connection);
-      if (leaseConnection) await closeRedis(leaseConnection);
-      await settledWithin(Promise.allSettled([...shardWorkers].map((s) => s.running)), 1_000);
+      await settledWithin(leases?.close() ?? Promise.resolve(), rest());
+      await settledWithin(Promise.allSettled(queues.map((q) => q.close())), rest());
+      await Promise.allSettled([connection, leaseConnection].map((c) => c && closeRedis(c)));
     })();
     return stopping;
   }
