@@ -1,10 +1,11 @@
 import { Redis } from 'ioredis';
-import { Job, Queue } from 'bullmq';
+import { Job, Queue, Worker } from 'bullmq';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { PipelineEvents } from '../../src/core/events.js';
 import { buryFailedSlice, openDeadQueue } from '../../src/queue/bullmq/dead-letters.js';
 import { createBullmqDelivery } from '../../src/queue/bullmq/delivery.js';
 import type { ChangeSlice } from '../../src/queue/bullmq/slice.js';
+import type { QueueConfig } from '../../src/config/types.js';
 import { createBullmqProducer, type BullmqProducer } from '../../src/queue/bullmq/producer.js';
 import { PositionLost, type DeliveryRunner } from '../../src/queue/queue.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
@@ -191,9 +192,8 @@ describe('bullmq producer', () => {
       expect(await maxBacklogIn(config)).toBe(queuedChanges);
     }
   });
-  it('a buried slice leaves the backlog once, even when its burial is done again after a crash', async () => {
-    const config = queueConfig(redis.url, { shards: 1 });
-    const backlog = `{${config.prefix}}:backlog`;
+  /** One page of 10 changes committed, its slice taken by a worker and failed by BullMQ. */
+  async function failedSlice(config: QueueConfig) {
     const producer = producerFor(config, [{ name: 'file' }]);
     await producer.commitPage({
       source: 'scheduling',
@@ -201,26 +201,60 @@ describe('bullmq producer', () => {
       cursor: 10,
       seenAbove: [],
     });
-    expect(await inspector.hget(backlog, 'file')).toBe('10');
     const connection = new Redis(redis.url, { maxRetriesPerRequest: null });
-    const shard = new Queue<ChangeSlice>('file.0', { connection, prefix: `{${config.prefix}}` });
-    const dead = openDeadQueue('file', connection, `{${config.prefix}}`, silentLogger);
+    const prefix = `{${config.prefix}}`;
+    const shard = new Queue<ChangeSlice>('file.0', { connection, prefix });
+    const dead = openDeadQueue('file', connection, prefix, silentLogger);
+    // BullMQ's manual processing: the job active under a lock token, then failed.
+    const worker = new Worker<ChangeSlice>('file.0', null, { connection, prefix, autorun: false });
     cleanups.push(async () => {
+      await worker.close();
       await shard.close();
       await dead.close();
       connection.disconnect();
     });
-    const [job] = await shard.getJobs(['wait']);
+    const job = (await worker.getNextJob('lock-1'))!;
+    return { shard, dead, job, fail: () => job.moveToFailed(new Error('boom'), 'lock-1') };
+  }
+
+  it('a buried slice leaves the backlog once, even when its burial is done again after a crash', async () => {
+    const config = queueConfig(redis.url, { shards: 1 });
+    const backlog = `{${config.prefix}}:backlog`;
+    const { shard, dead, job, fail } = await failedSlice(config);
+    await fail();
+    expect(await inspector.hget(backlog, 'file')).toBe('10');
     // The first burial dies after counting, before the job is removed; the next look buries it again.
-    const crashing = Object.assign(Object.create(Object.getPrototypeOf(job)) as Job, job, {
-      remove: () => Promise.reject(new Error('killed')),
-    });
-    await expect(buryFailedSlice(crashing, dead, shard)).rejects.toThrow('killed');
+    vi.spyOn(Job.prototype, 'remove').mockRejectedValueOnce(new Error('killed'));
+    await expect(buryFailedSlice(job, dead, shard)).rejects.toThrow('killed');
     expect(await inspector.hget(backlog, 'file')).toBe('0');
-    await buryFailedSlice((await shard.getJob(job!.id!))!, dead, shard);
+    await buryFailedSlice(job, dead, shard);
     expect(await inspector.hget(backlog, 'file'), 'counted out once').toBe('0');
-    expect(await shard.getJob(job!.id!), 'the slice is gone').toBeUndefined();
+    expect(await shard.getJob(job.id!), 'the slice is gone').toBeUndefined();
     expect(await dead.count(), 'every change a dead letter once').toBe(10);
+  });
+
+  it('a failed slice buries only what Redis records as undelivered, whatever the failing worker held', async () => {
+    const config = queueConfig(redis.url, { shards: 1 });
+    const backlog = `{${config.prefix}}:backlog`;
+    const { shard, dead, job, fail } = await failedSlice(config);
+    // Six changes delivered after the worker fetched the job: recorded (and counted out) the way
+    // the progress script does, in Redis only; the worker's Job still says none.
+    await inspector.hset(shard.toKey(job.id!), 'progress', JSON.stringify({ done: 6, attempts: 0 }));
+    await inspector.hincrby(backlog, 'file', -6);
+    await fail();
+    expect(job.progress, "the failing worker's view").toBe(0);
+    const buried = await buryFailedSlice(job, dead, shard);
+    expect(buried.map((c) => c.event_id)).toEqual([7, 8, 9, 10]);
+    expect(await dead.count()).toBe(4);
+    expect(await inspector.hget(backlog, 'file'), 'nothing counted out twice').toBe('0');
+  });
+
+  it('a slice that is not failed (BullMQ will run it again) is not buried', async () => {
+    const config = queueConfig(redis.url, { shards: 1 });
+    const { shard, dead, job } = await failedSlice(config);
+    expect(await buryFailedSlice(job, dead, shard)).toEqual([]);
+    expect(await dead.count()).toBe(0);
+    expect(await shard.getJob(job.id!)).toBeDefined();
   });
 
   it('re-adding the same page (crash replay) creates no duplicate job and no duplicate delivery', async () => {

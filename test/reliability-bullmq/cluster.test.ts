@@ -217,6 +217,9 @@ describe(`bullmq: redis cluster, slot migration and failover mid-drain ${note}`,
       );
       try {
         await expectClusterBacklogDrained(admin, prefix, 'file', SOURCES, `(migrated, failed over) ${note}`);
+      } catch (err) {
+        for (const p of procs) writeFileSync(join(dir, `output-${p.pid}.log`), p.text());
+        throw new Error(`${(err as Error).message} (process output in ${dir})`);
       } finally {
         admin.disconnect();
       }

@@ -32,14 +32,19 @@ export function openDeadQueue(
   return queue;
 }
 
-// KEYS: a failed slice's job hash, its shard's backlog hash. ARGV: the sink, the changes buried.
-// The job keeps a mark, so its changes leave the backlog once.
+// KEYS: a failed slice's job hash, its shard's backlog hash. ARGV: the sink, the slice's length.
+// What leaves the backlog is what the job's stored progress has not counted out yet (shard-lease.ts
+// counts out as it records), and the job keeps a mark, so its changes leave the backlog once.
 const COUNT_OUT = luaScript(
   'count_out_buried',
   `
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], 'feedsyncBuried') == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'feedsyncBuried', '1')
-redis.call('HINCRBY', KEYS[2], ARGV[1], -tonumber(ARGV[2]))
+local done = 0
+local ok, progress = pcall(cjson.decode, redis.call('HGET', KEYS[1], 'progress') or '0')
+if ok and type(progress) == 'table' and tonumber(progress.done) then done = tonumber(progress.done) end
+local left = tonumber(ARGV[2]) - done
+if left > 0 then redis.call('HINCRBY', KEYS[2], ARGV[1], -left) end
 return 1`,
 );
 
@@ -67,11 +72,17 @@ export function undeliveredOf(job: Job): Change[] {
  * jobs' ids are the keys), so the worker that saw the failure and `dlq` may both do it.
  */
 export async function buryFailedSlice(
-  job: Job,
+  failed: Job,
   dead: Queue<DeadChange>,
   /** The job's shard queue: its tag holds the backlog the job counted in. */
   shard: Queue,
 ): Promise<Change[]> {
+  // Read again: a worker's Job holds the progress it was fetched with, while what it delivered
+  // since is recorded in Redis only (shard-lease.ts). BullMQ also fails a slice whose every change
+  // was delivered when its completion meets a Redis error (a cluster redirection mid-failover);
+  // such a slice buries nothing. One that BullMQ will run again is not buried either.
+  const job = await shard.getJob(failed.id!);
+  if (!job || (await job.getState()) !== 'failed') return [];
   const changes = undeliveredOf(job);
   const attempts = Math.max(progressOf(job).attempts, job.stalledCounter ?? 0, job.attemptsMade ?? 0, 1);
   const failedAt = job.finishedOn ?? Date.now();
@@ -82,16 +93,14 @@ export async function buryFailedSlice(
   );
   // They leave the sink's backlog (page-commit.ts) for its dead letters, once however often the
   // bury is done again (a crash before the job's removal).
-  if (changes.length > 0) {
-    const sink = dead.name.slice(0, -'.dead'.length);
-    const client = (await shard.backend.client) as unknown as Redis;
-    await runScript(
-      client,
-      COUNT_OUT,
-      [shard.toKey(job.id!), backlogKey(shard.opts.prefix ?? '')],
-      [sink, String(changes.length)],
-    );
-  }
+  const sink = dead.name.slice(0, -'.dead'.length);
+  const client = (await shard.backend.client) as unknown as Redis;
+  await runScript(
+    client,
+    COUNT_OUT,
+    [shard.toKey(job.id!), backlogKey(shard.opts.prefix ?? '')],
+    [sink, String(changesOf(job.data, job.id).length)],
+  );
   await job.remove();
   return changes;
 }

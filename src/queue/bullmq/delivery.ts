@@ -160,10 +160,17 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
           changes: buried.map((change) => ({ key: change.key })),
           error: new Error(job.failedReason),
         });
-      ctx.logger.error(
-        { job: job.id, changes: buried.length, err: job.failedReason },
-        'slice failed; its undelivered changes are dead-lettered',
-      );
+      if (buried.length)
+        ctx.logger.error(
+          { job: job.id, changes: buried.length, err: job.failedReason },
+          'slice failed; its undelivered changes are dead-lettered',
+        );
+      // BullMQ fails a slice whose completion met a Redis error even when every change was delivered.
+      else
+        ctx.logger.info(
+          { job: job.id, err: job.failedReason },
+          'slice failed after it was delivered; nothing to dead-letter',
+        );
     } catch (err) {
       // It stays in the failed set; `dlq` buries it on its next look, and `status` counts it as dead.
       ctx.logger.error({ job: job.id, err: errorMessage(err) }, 'cannot dead-letter a failed slice');
