@@ -110,13 +110,17 @@ describe.runIf(history).each(['one Redis', 'a Redis Cluster'] as const)(
             Promise.all(
               SOURCES.map((s) => client.hget(`{${prefix}${cluster ? `:${s}` : ''}}:source:${s}`, 'cursor')),
             );
-          const before = await cursors();
-          await eventually(
-            async () => (await cursors()).every((c, i) => c !== before[i]),
-            30_000,
-            `a commit of each source by the earlier release ${note}`,
-            20,
-          );
+          // Two commits of each source with no work running: the newest page is then made
+          // outbox-only below, and the one before stays in the old queues (both cases under test).
+          for (const which of ['a first', 'a second']) {
+            const before = await cursors();
+            await eventually(
+              async () => (await cursors()).every((c, i) => c !== before[i]),
+              30_000,
+              `${which} commit of each source by the earlier release ${note}`,
+              20,
+            );
+          }
           oldPoll.signal('SIGKILL');
           await oldPoll.waitForExit(5_000);
           // As if it had died between its last commit and the forward: each source's newest page is
