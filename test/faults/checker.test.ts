@@ -687,6 +687,23 @@ describe('fault history checker', () => {
         }),
       ),
     ).toEqual({ 'token-regression': 1 });
+    // Redis killed with its AOF cut shows an earlier lease again (h:10's, handed over to h:20 in
+    // the lost second): its state went back, no token was handed out again.
+    const restored = [
+      lease(100, 'h:10', 1),
+      lease(300, 'h:20', 2),
+      lease(400, 'h:10', 1),
+      lease(600, 'h:30', 3),
+    ];
+    expect(
+      kinds(
+        base({
+          deliveries: cleanDeliveries(),
+          leaseSamples: restored,
+          faults: [fault('redis-kill', 350, 360)],
+        }),
+      ),
+    ).toEqual({});
     // Delivery fences: pid 30, started after pid 10 delivered with token 2, delivers with token 1.
     const fence = (token: number) => ({ fence: { scope: 'store:x', token } });
     const deliveries = [

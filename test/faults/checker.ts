@@ -42,8 +42,9 @@
 //                  with no accepted replay of that sink and source before it. (That a refused replay
 //                  changed nothing is judged through the copy rules: it explains no copy.)
 //  token-regression  fencing tokens must grow with every takeover: a lease sample shows a new
-//                  owner with a token not above one seen before (unless Redis was killed in
-//                  between), or a process started later delivers with a lower `context.fence`
+//                  owner with a token not above one seen before, even across a Redis kill (a
+//                  lease seen earlier that a Redis restarted from a cut AOF shows again is its
+//                  state going back, not a token handed out), or a process started later delivers with a lower `context.fence`
 //                  token than an earlier process did in the same scope (a sink that compares tokens,
 //                  as DeliveryFence invites, would then refuse the new owner's deliveries).
 //  mirror-stale    the sqlite mirror sink (the product's own fenced sink) ended with a subject's row
@@ -491,14 +492,19 @@ export function check(h: History): CheckResult {
     samples.sort((a, b) => a.t - b.t);
     let max: { token: number; owner: string; t: number } | undefined;
     let prevOwner: string | null = null;
+    const seen = new Set<string>();
     for (const s of samples) {
       if (s.owner === null || s.token === null) {
         prevOwner = null;
         continue;
       }
       // Even across a Redis that lost its last writes (lease-scripts.ts NEXT_TOKEN): a token
-      // handed out again is what made the mirrors refuse the legitimate writer.
-      if (max && s.owner !== prevOwner && s.owner !== max.owner && s.token <= max.token) {
+      // handed out again is what made the mirrors refuse the legitimate writer. A lease seen before
+      // (same owner, same token) is Redis' state going back with its AOF, not a token handed out.
+      const pair = `${s.owner} ${s.token}`;
+      const handedOut = !seen.has(pair);
+      seen.add(pair);
+      if (max && handedOut && s.owner !== prevOwner && s.owner !== max.owner && s.token <= max.token) {
         add({
           kind: 'token-regression',
           source: scope,
