@@ -3,12 +3,12 @@
 // hand-over that waited for it kept the shard from the joining process until the lease expired,
 // and a stop that waited for it overran its budget and exited 1. The hand-over waits for the slice
 // in flight only, and a stop ends within its budget.
-import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { tempDir } from '../support/harness.js';
 import { killAllCli, writeConfig } from '../support/process.js';
+import { redisGate, type RedisGate } from '../support/redis-gate.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
 import { bullmqConfig, cliStarter, seedNote, stopGracefully, testSeed, waitStarted } from './support.js';
 
@@ -17,52 +17,17 @@ const SHUTDOWN_MS = 3_000;
 const seed = testSeed();
 const note = seedNote(seed);
 
-/** A TCP proxy in front of Redis that can refuse new connections while keeping the open ones. */
-async function gate(redisPort: number) {
-  let refusing = false;
-  const upstreamPorts = new Set<number>();
-  const sockets = new Set<Socket>();
-  const server = createServer((client) => {
-    if (refusing) {
-      client.destroy();
-      return;
-    }
-    const upstream = connect(redisPort, '127.0.0.1', () => upstreamPorts.add(upstream.localPort!));
-    sockets.add(client).add(upstream);
-    client.pipe(upstream);
-    upstream.pipe(client);
-    const end = () => {
-      client.destroy();
-      upstream.destroy();
-    };
-    client.on('close', end).on('error', end);
-    upstream.on('close', end).on('error', end);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    url: `redis://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    /** Whether Redis sees `addr` (host:port) as a connection made through this gate. */
-    through: (addr: string) => upstreamPorts.has(Number(addr.split(':').at(-1))),
-    refuse: () => (refusing = true),
-    close: () =>
-      new Promise<void>((resolve) => {
-        for (const s of sockets) s.destroy();
-        server.close(() => resolve());
-      }),
-  };
-}
-
 describe(`bullmq: a shard handed over while its worker cannot reconnect ${note}`, () => {
   let sandbox: Sandbox;
   let redis: RedisServer;
   let admin: Redis;
-  let proxy: Awaited<ReturnType<typeof gate>>;
+  let proxy: RedisGate;
   const dir = tempDir('feedsync-rb-hand-over-');
 
   beforeAll(async () => {
     redis = await startRedis();
     admin = new Redis(redis.url);
-    proxy = await gate(redis.port);
+    proxy = await redisGate(redis.port);
     sandbox = await startSandbox({ seed, backlog: 20 });
   });
   afterAll(async () => {

@@ -4,11 +4,11 @@
 // monotonic clock, the frozen holder went on believing it held the source: two replicas reported
 // feedsync_source_leader 1 and polled upstream at once. Now the holder gives the source up before
 // the lease can expire, so its "lost" always comes before the standby's "acquired".
-import { createServer, connect, type Socket, type AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { tempDir } from '../support/harness.js';
 import { killAllCli, spawnCli, writeConfig } from '../support/process.js';
+import { redisGate } from '../support/redis-gate.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
 import {
   bullmqConfig,
@@ -26,41 +26,6 @@ const seed = testSeed();
 const note = seedNote(seed);
 const acquired = (e: { msg?: string }) => e.msg === 'acquired the lease of source scheduling';
 const lost = (e: { msg?: string }) => e.msg === 'lost the lease of source scheduling; its poller stops';
-
-/** A TCP proxy in front of Redis that can stop forwarding (both ways) without closing anything. */
-async function hangingProxy(redisPort: number) {
-  let hung = false;
-  const held: (() => void)[] = [];
-  const sockets = new Set<Socket>();
-  const server = createServer((client) => {
-    const upstream = connect(redisPort, '127.0.0.1');
-    sockets.add(client).add(upstream);
-    const pipe = (from: Socket, to: Socket) =>
-      from.on('data', (chunk: Buffer) => (hung ? held.push(() => to.write(chunk)) : to.write(chunk)));
-    pipe(client, upstream);
-    pipe(upstream, client);
-    const end = () => {
-      client.destroy();
-      upstream.destroy();
-    };
-    client.on('close', end).on('error', end);
-    upstream.on('close', end).on('error', end);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    url: `redis://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    hang: () => (hung = true),
-    resume: () => {
-      hung = false;
-      for (const f of held.splice(0)) f();
-    },
-    close: () =>
-      new Promise<void>((resolve) => {
-        for (const s of sockets) s.destroy();
-        server.close(() => resolve());
-      }),
-  };
-}
 
 describe(`bullmq: redis hangs for the lease holder ${note}`, () => {
   let sandbox: Sandbox;
@@ -81,7 +46,7 @@ describe(`bullmq: redis hangs for the lease holder ${note}`, () => {
     'the holder gives the source up before the standby takes it; nothing is lost',
     { timeout: 90_000 },
     async () => {
-      const proxy = await hangingProxy(redis.port);
+      const proxy = await redisGate(redis.port);
       const base = bullmqConfig(sandbox, dir, redis.url, {
         services: ['scheduling'],
         shutdownTimeoutMs: 5000,
