@@ -160,6 +160,7 @@ export class CatchUp {
       eventIds: unseen.map((e) => e.id),
       eventAt: newestEventAt(fresh) ?? lag.eventAt,
       join: joined,
+      from: { cursor: lag.cursor, seenAbove: lag.seenAbove },
     });
     deps.events.emit('catchup:committed', {
       source: source.name,

@@ -76,6 +76,8 @@ export interface CatchUpCommit extends FeedPosition {
   eventAt: number;
   /** The position reached covers the shared stream's: the sink rejoins it in this same commit. */
   join: boolean;
+  /** The sink's position the page was read after: the commit is refused unless it is still there. */
+  from: FeedPosition;
 }
 
 export interface CatchUpResult {

@@ -69,12 +69,13 @@ export function covers(a: FeedPosition, b: FeedPosition): boolean {
 
 /** Thrown by a catch-up commit whose sink was moved meanwhile (a replay): nothing was written. */
 export class CatchUpRefused extends FeedsyncError {
-  constructor(source: string, sink: string, expected: number, found: number | undefined) {
+  constructor(source: string, sink: string, expected: number, found: number | undefined, why?: string) {
     super(
       `catch-up of sink ${sink} from source ${source} not committed: ` +
-        (found === undefined
-          ? 'the sink is back on the shared stream'
-          : `its position was replaced (generation ${found}, this page was read for ${expected})`),
+        (why ??
+          (found === undefined
+            ? 'the sink is back on the shared stream'
+            : `its position was replaced (generation ${found}, this page was read for ${expected})`)),
       true,
     );
   }

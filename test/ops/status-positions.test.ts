@@ -169,6 +169,7 @@ describe.each(['local', 'bullmq'] as const)('status and metrics of sink position
       eventIds: third.slice(1).map((c) => c.event_id),
       eventAt: 0,
       join: true,
+      from: { cursor: lag!.cursor, seenAbove: lag!.seenAbove },
     });
     expect(result.lost).toEqual([third[0]!.event_id]);
 

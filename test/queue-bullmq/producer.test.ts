@@ -128,16 +128,84 @@ describe('bullmq producer', () => {
     for (const key of keys)
       expect(key.startsWith(`{${config.prefix}}:hook.`) || others.includes(key), key).toBe(true);
     expect(keys).toEqual(expect.arrayContaining(others));
-    const jobKeys = keys.filter((k) => /:scheduling~123457\+scheduling~123457\+[0-9a-f]{8}$/.test(k));
+    const jobKeys = keys.filter((k) => /:scheduling~123457\+scheduling~123457\+[0-9a-f]{12}$/.test(k));
     expect(jobKeys).toHaveLength(1);
     expect(jobKeys[0]).toMatch(
-      new RegExp(`^\\{${config.prefix}\\}:hook\\.[01]:scheduling~123457\\+scheduling~123457\\+[0-9a-f]{8}$`),
+      new RegExp(`^\\{${config.prefix}\\}:hook\\.[01]:scheduling~123457\\+scheduling~123457\\+[0-9a-f]{12}$`),
     );
     const [job] = await sliceJobs(config, 'hook');
     expect(job!.changes.map((c) => c.key)).toEqual(['scheduling:123457']);
   });
 
-  it('makes at most one job per shard and sink for a page, in feed order; a replayed page adds nothing', async () => {
+  it('a catch-up commit tried again after it landed, or read after a stale position, is refused', async () => {
+    const config = queueConfig(redis.url, { shards: 2 });
+    const producer = producerFor(config, [{ name: 'file' }]);
+    const tag = `{${config.prefix}}`;
+    // `file` is off the shared stream of `scheduling`, at event 0, generation 3.
+    await inspector.hset(`${tag}:sinks:scheduling`, 'file', '3');
+    const entry = { cursor: 0, seenAbove: [], reason: 'parked', since: 1, eventAt: 1 };
+    await inspector.hset(`${tag}:lagging:scheduling`, 'file', JSON.stringify(entry));
+    const page = {
+      source: 'scheduling',
+      sink: 'file',
+      generation: 3,
+      reason: 'parked' as const,
+      since: 1,
+      changes: range(1, 5).map((id) => makeChange(id)),
+      cursor: 5,
+      seenAbove: [],
+      eventIds: range(1, 5),
+      eventAt: 1,
+      join: false,
+      from: { cursor: 0, seenAbove: [] },
+    };
+    expect(await producer.commitCatchUp(page)).toEqual({ queued: 5, lost: [] });
+    // The same commit again (its answer was lost to a timeout, say): its position moved, refused.
+    await expect(producer.commitCatchUp(page)).rejects.toThrow(/position moved/);
+    const ids = async () =>
+      (await sliceJobs(config, 'file')).flatMap((j) => j.changes.map((c) => c.event_id));
+    expect((await ids()).sort((a, b) => a - b)).toEqual(range(1, 5));
+    expect(await inspector.hget(`${tag}:backlog`, 'file')).toBe('5');
+    // Read after position 0, which the sink has left: refused, nothing queued.
+    await expect(
+      producer.commitCatchUp({ ...page, changes: range(1, 8).map((id) => makeChange(id)), cursor: 8 }),
+    ).rejects.toThrow(/position moved/);
+    expect(await ids()).toHaveLength(5);
+    expect(JSON.parse((await inspector.hget(`${tag}:lagging:scheduling`, 'file'))!)).toMatchObject({
+      cursor: 5,
+    });
+  });
+
+  it('a page Redis refuses for memory writes nothing; once memory frees, it is queued exactly once', async () => {
+    const config = queueConfig(redis.url, { shards: 4 });
+    const producer = producerFor(config, [{ name: 'file' }, { name: 'hook' }]);
+    // First a page that goes through: connections open, scripts loaded.
+    await producer.commitPage({ source: 'scheduling', changes: [makeChange(1)], cursor: 1, seenAbove: [] });
+    const changes = range(2, 40).map((id) => makeChange(id, { subject: `s${id % 12}` }));
+    await inspector.config('SET', 'maxmemory-policy', 'noeviction');
+    await inspector.config('SET', 'maxmemory', '1');
+    try {
+      await expect(
+        producer.commitPage({ source: 'scheduling', changes, cursor: 41, seenAbove: [] }),
+      ).rejects.toThrow(/OOM|maxmemory|EXECABORT/);
+    } finally {
+      await inspector.config('SET', 'maxmemory', '0');
+    }
+    // Refused whole: not one of its slices, the cursor and the counts where they were.
+    for (const sink of ['file', 'hook'])
+      expect((await sliceJobs(config, sink)).flatMap((j) => j.changes.map((c) => c.event_id))).toEqual([1]);
+    expect(await cursorIn(config)).toBe('1');
+    expect(await inspector.hgetall(`{${config.prefix}}:backlog`)).toEqual({ file: '1', hook: '1' });
+    await producer.commitPage({ source: 'scheduling', changes, cursor: 41, seenAbove: [] });
+    for (const sink of ['file', 'hook']) {
+      const ids = (await sliceJobs(config, sink)).flatMap((j) => j.changes.map((c) => c.event_id));
+      expect(ids.sort((a, b) => a - b)).toEqual(range(1, 41));
+    }
+    expect(await cursorIn(config)).toBe('41');
+    expect(await inspector.hgetall(`{${config.prefix}}:backlog`)).toEqual({ file: '41', hook: '41' });
+  });
+
+  it('makes at most one job per shard and sink for a page, in feed order; a late try of the same commit adds nothing', async () => {
     const config = queueConfig(redis.url, { shards: 4 });
     const producer = producerFor(config, [{ name: 'file' }, { name: 'hook' }]);
     // 40 changes of 12 subjects: several per subject, spread over the 4 shards.
@@ -160,13 +228,11 @@ describe('bullmq producer', () => {
     const before = (await sliceJobs(config, 'file')).map((j) => j.id).sort();
     await producer.commitPage({ source: 'scheduling', changes, cursor: 40, seenAbove: [] });
     expect((await sliceJobs(config, 'file')).map((j) => j.id).sort()).toEqual(before);
-    // A replay whose slice differs (an event listed late) is a new job: delivered again, never dropped.
-    const late = [...changes.slice(0, 20), makeChange(1_000, { subject: 's0' }), ...changes.slice(20)];
-    await producer.commitPage({ source: 'scheduling', changes: late, cursor: 1_000, seenAbove: [] });
+    // Read again after a rewind (the cursor moved back, then past them): queued again, as new jobs.
+    await producer.commitPage({ source: 'scheduling', changes, cursor: 41, seenAbove: [] });
     const after = await sliceJobs(config, 'file');
-    const added = after.filter((j) => !before.includes(j.id));
-    expect(added).toHaveLength(1);
-    expect(added[0]!.changes.map((c) => c.event_id)).toContain(1_000);
+    expect(after).toHaveLength(2 * before.length);
+    expect(after.filter((j) => before.includes(j.id))).toHaveLength(before.length);
   });
 
   it('counts the backlog in changes, exactly, whatever the slices (no worker running)', async () => {

@@ -129,6 +129,7 @@ describe('the store fence', () => {
           eventIds: Array.from({ length: 30 }, (_, i) => i + 1),
           eventAt: 0,
           join: true,
+          from: { cursor: 0, seenAbove: [] },
         }),
       ).rejects.toThrow(LEASE_LOST_MESSAGE);
       expect(other.prepare('SELECT sink, cursor FROM lagging_sinks').all()).toEqual([

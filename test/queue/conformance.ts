@@ -407,6 +407,7 @@ export function describeQueueDriverConformance(name: string, harness: DriverHarn
           cursor: 3,
           eventIds: [],
           join: false,
+          from: { cursor: lag!.cursor, seenAbove: [] },
         }),
       ).rejects.toThrow(/not committed/);
       const third = await producer.commitCatchUp({
@@ -416,6 +417,7 @@ export function describeQueueDriverConformance(name: string, harness: DriverHarn
         cursor: 3,
         eventIds: pages[2]!.map((c) => c.event_id),
         join: false,
+        from: { cursor: lag!.cursor, seenAbove: [] },
       });
       expect(third).toEqual({ queued: 3, lost: [] });
       expect((await producer.laggingSinks('src'))[0]).toMatchObject({ cursor: 3, pendingIds: 3, backlog: 9 });
@@ -427,6 +429,7 @@ export function describeQueueDriverConformance(name: string, harness: DriverHarn
         cursor: 4,
         eventIds: pages[3]!.slice(1).map((c) => c.event_id),
         join: true,
+        from: { cursor: 3, seenAbove: [] },
       });
       expect(fourth).toEqual({ queued: 2, lost: [pages[3]![0]!.event_id] });
       expect(await producer.laggingSinks('src')).toEqual([]);

@@ -20,6 +20,7 @@ import {
 } from './names.js';
 import { closeRedis, createRedisConnection, redactRedisUrl, redisEndpoint } from './redis.js';
 import { retrySliceJobId, sliceJobOptions, type ChangeSlice } from './slice.js';
+import { luaScript, queueScript } from './scripts.js';
 
 export interface BullmqAdminOptions {
   queue: QueueConfig;
@@ -49,13 +50,18 @@ const DEFAULT_LIST_LIMIT = 100;
 const DEAD_PAGE = 500;
 const DEFAULT_TIMEOUT_MS = 10_000;
 
+// KEYS: the job hash, the backlog hash. ARGV: the sink. A retried dead letter counts once it is queued.
+const COUNT_IF_QUEUED = luaScript(
+  'count_if_queued',
+  `if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HINCRBY', KEYS[2], ARGV[1], 1) end return 1`,
+);
+
 export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
   for (const sink of opts.sinkNames) assertSinkName(sink);
   const logger = opts.logger ?? pino({ level: 'silent' });
   const ownConnection = !opts.connection;
   const connection = opts.connection ?? createRedisConnection(redisEndpoint(opts.queue), 'admin', logger);
   const keys = opts.keys ?? KeySpace.single(opts.queue.prefix);
-  const jobOptions = sliceJobOptions(opts.queue);
   const queuesBySink = new Map<string, SinkQueues>();
   const openShard = (sink: string, shard: number, tag: string) => {
     const queue = new Queue<ChangeSlice>(shardQueueName(sink, shard), { connection, prefix: tag });
@@ -222,10 +228,11 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
         shard,
         'slice',
         { changes: [change] },
-        { ...jobOptions, jobId },
+        { ...sliceJobOptions(opts.queue), jobId },
         jobId,
       ).addJob(tx as never);
-      tx.hincrby(backlogKey(tag), queues.sink, 1);
+      // Counted only if the add got in (an add can meet NOSCRIPT inside the transaction).
+      queueScript(tx, COUNT_IF_QUEUED, [shard.toKey(jobId), backlogKey(tag)], [queues.sink]);
       const failed = ((await tx.exec()) ?? []).find(([err]) => err);
       if (failed)
         throw new FeedsyncError(

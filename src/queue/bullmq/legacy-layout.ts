@@ -18,7 +18,7 @@ import { FeedsyncError, errorMessage } from '../../core/errors.js';
 import type { LeaseFence } from './lease.js';
 import { backlogKey, legacyOutboxKey, shardOf, type KeySpace } from './names.js';
 import { unwatchKey } from './redis.js';
-import { sliceJobId, type ChangeSlice } from './slice.js';
+import { commitToken, sliceJobId, type ChangeSlice } from './slice.js';
 
 interface LegacyEntry {
   id: string;
@@ -71,6 +71,7 @@ export function createLegacyOutboxMigration(opts: {
       }
     const tx = (await clientFor(source, pending)).multi() as unknown as ChainableCommander;
     const adds: Promise<unknown>[] = [];
+    const commit = commitToken();
     let slices = 0;
     for (const [sink, changes] of pending) {
       const queues = opts.queuesOf(source, sink)!;
@@ -80,7 +81,7 @@ export function createLegacyOutboxMigration(opts: {
         perShard.set(shard, [...(perShard.get(shard) ?? []), change]);
       }
       for (const [shard, list] of perShard) {
-        const jobId = sliceJobId(list);
+        const jobId = sliceJobId(list, commit);
         adds.push(
           new Job<ChangeSlice>(
             queues[shard]!,

@@ -11,9 +11,10 @@
 //   shard queues    `hook.0` … `hook.3` one queue per sink and shard (keys `{feedsync}:hook.2:wait`, …)
 //                                       whose jobs are slices: the changes of one page that map to
 //                                       that shard, data `{ changes: [...] }` (see slice.ts)
-//   slice job id    `scheduling~101+scheduling~149`  the first and last change keys of the slice,
-//                                       each with `:` (forbidden in BullMQ ids) as `~`
-//   retried slice   `scheduling~123457+retry-<uuid>`  a one-change slice re-queued by `dlq retry`
+//   slice job id    `scheduling~101+scheduling~149+<commit>`  the first and last change keys of
+//                                       the slice, each with `:` (forbidden in BullMQ ids) as `~`,
+//                                       and a token fresh for every commit (slice.ts)
+//   retried slice   `scheduling~123457+scheduling~123457+retry-<token>`  re-queued by `dlq retry`
 //   dead queue      `hook.dead`         one per sink, never consumed: each job (waiting for ever)
 //                                       is ONE dead-lettered change, job id `scheduling~123457`
 //   source state    `{feedsync}:source:scheduling`  hash: cursor, seen_above and poll status
@@ -29,7 +30,6 @@
 //                                       is off the source's shared stream (sink-positions.ts)
 //   known sinks     `{feedsync}:sinks:scheduling`   hash: sink → generation (bumped by park/replay)
 //   parked ids      `{feedsync}:parked:scheduling:hook`  set: ids the shared poll passed for it
-//   catch-up slice  `<slice id>@c<generation>`      a slice queued by a sink's own catch-up
 //   lost upstream   `{feedsync}:lost:scheduling`    hash: sink → {count, ids, at} of ids its catch-up never saw
 //
 // Queue names cannot collide although sink names may contain `.`: a shard queue's name always ends

@@ -10,7 +10,11 @@
 //
 // MULTI does not roll back a command that fails at run time, so the cursor is written last, by a
 // script that first checks every job of the page exists: a failed add leaves the cursor where it
-// was (the jobs that did get in are no-ops when the page is read again, their ids being the same).
+// was. Which add could fail at run time? Not one refused for memory: under maxmemory Redis refuses
+// the transaction whole (EXECABORT when its scripts are queued; a script is refused before its
+// first write, and every script of one EXEC sees the same verdict), as the producer suite's OOM
+// test shows. A page is queued once by this commit, not by finding job ids BullMQ still holds: ids
+// are fresh per commit (slice.ts), and a completed job kept for dashboards is never taken for one.
 //
 // On a Redis Cluster every key of a source, its shard queues included, shares the source's hash
 // tag (names.ts): the same MULTI, in one slot.
@@ -36,8 +40,8 @@ import {
 } from './names.js';
 import { nodeForKey, unwatchKey } from './redis.js';
 import { awaitReplicas } from './replication.js';
-import { defineScripts, luaScript, queueScript, reconnectIfFlushed } from './scripts.js';
-import { SliceJob, type ChangeSlice } from './slice.js';
+import { luaScript, queueScript, reconnectIfFlushed } from './scripts.js';
+import { commitToken, SliceJob, sliceJobId, type ChangeSlice } from './slice.js';
 import { cursorFields, parseSeen } from './source-state.js';
 
 // KEYS: state hash, stats hash, lease key, backlog hash, lagging-sinks hash, known-sinks hash,
@@ -137,7 +141,6 @@ export interface PlannedSlice {
   shard: number;
   /** The sink shard's queue on the committer's connection. */
   queue: Queue<ChangeSlice>;
-  jobId: string;
   changes: ChangeSlice['changes'];
 }
 
@@ -158,7 +161,15 @@ export interface PagePlan {
   /** Shared pages: sinks this page parks (at `from`) and the ids passed for every parked sink. */
   lagging?: { park: string[]; passes: Map<string, number[]> };
   /** A catch-up page of one sink: moves that sink's position, not the source's cursor. */
-  catchUp?: { sink: string; generation: number; entry: LaggingEntry; eventIds: number[]; join: boolean };
+  catchUp?: {
+    sink: string;
+    generation: number;
+    entry: LaggingEntry;
+    eventIds: number[];
+    join: boolean;
+    /** The sink's position the page was read after. */
+    from: FeedPosition;
+  };
 }
 
 /** Thrown when the lease is no longer ours: nothing was written. */
@@ -186,12 +197,6 @@ export class CommitRaced extends FeedsyncError {
 
 function sameSet(a: string[], b: string[]): boolean {
   return a.length === b.length && a.every((x) => b.includes(x));
-}
-
-/** A slice id without the rewind generation a previous try may have added. */
-function baseJobId(jobId: string): string {
-  const at = jobId.indexOf('@');
-  return at < 0 ? jobId : jobId.slice(0, at);
 }
 
 export interface PageCommitter {
@@ -244,16 +249,24 @@ export function createPageCommitter(opts: {
     // lease that runs out between this check and EXEC (Redis frozen, a stalled commit) cannot let
     // the page's jobs in while the cursor script refuses the cursor (orphan jobs delivered twice
     // once the next holder re-reads a different page). A renewal meanwhile aborts it too: retried.
-    const watched = [...(fence ? [fence.tokenKey, fence.leaseKey] : []), knownKey];
+    // A catch-up page also watches the sink's position (the lagging-sinks hash), which another
+    // catch-up commit moves: the same check as a shared page's cursor, for its own reader.
+    const lagKey = laggingKey(prefix, plan.source);
+    const watched = [
+      ...(fence ? [fence.tokenKey, fence.leaseKey] : []),
+      knownKey,
+      ...(catchUp ? [lagKey] : []),
+    ];
     // On a cluster the WATCH holds on one node's connection, which the client may replace (or the
     // slot move) without a word: the EXEC must go out on that same connection.
     const node = nodeForKey(connection, knownKey);
-    const [, fenceValues, [cursor, seen, rewinds], generation, lagging] = await Promise.all([
+    const [, fenceValues, [cursor, seen], generation, lagging, position] = await Promise.all([
       connection.watch(...watched),
       fence ? connection.mget(fence.tokenKey, fence.leaseKey) : undefined,
-      connection.hmget(stateKey, 'cursor', 'seen_above', 'rewinds'),
+      connection.hmget(stateKey, 'cursor', 'seen_above'),
       catchUp ? connection.hget(knownKey, catchUp.sink) : undefined,
-      catchUp ? undefined : connection.hkeys(laggingKey(prefix, plan.source)),
+      catchUp ? undefined : connection.hkeys(lagKey),
+      catchUp ? connection.hget(lagKey, catchUp.sink) : undefined,
     ]).catch(async (err: unknown) => {
       if (watched.length) await unwatchKey(connection, knownKey).catch(() => undefined);
       throw err;
@@ -279,8 +292,20 @@ export function createPageCommitter(opts: {
             catchUp.generation,
             generation ? Number(generation) : undefined,
           );
-        // Its changes may have been queued for the sink before (a replay): new ids per generation.
-        for (const slice of plan.slices) slice.jobId = `${baseJobId(slice.jobId)}@c${catchUp.generation}`;
+        // Only from the position the page was read after: a late try that landed has moved it (or
+        // taken the sink back to the shared stream), and the catch-up reads on from where it is.
+        const stored = position ? (JSON.parse(position) as FeedPosition) : undefined;
+        if (
+          stored?.cursor !== catchUp.from.cursor ||
+          JSON.stringify(stored.seenAbove) !== JSON.stringify(catchUp.from.seenAbove)
+        )
+          throw new CatchUpRefused(
+            plan.source,
+            catchUp.sink,
+            catchUp.generation,
+            Number(generation),
+            'its position moved since the page was read (read again from where it is)',
+          );
       } else {
         if (plan.laggingAssumed && !sameSet(plan.laggingAssumed, lagging ?? []))
           throw new CommitRaced(plan.source, lagging ?? []);
@@ -309,28 +334,27 @@ export function createPageCommitter(opts: {
             throw new PositionLost(plan.source, plan.from, stored);
           }
         }
-        // After `cursor set/reset` the same pages are read again: their slices get new ids, or BullMQ
-        // would take them for the retained completed jobs of the first pass and add nothing.
-        if (rewinds) for (const slice of plan.slices) slice.jobId = `${baseJobId(slice.jobId)}@${rewinds}`;
       }
       // BullMQ's transaction is an ioredis MULTI with its scripts added; typed as the latter here.
-      defineScripts(client, WRITE_CURSOR, CATCH_UP);
       const tx = client.multi() as unknown as ChainableCommander;
       const adds: Promise<unknown>[] = [];
       const counted = plan.queued;
-      for (const slice of plan.slices) {
+      // Fresh ids for every try: each add creates its job, so the counts below are exact.
+      const commit = commitToken();
+      const jobIds = plan.slices.map((slice) => sliceJobId(slice.changes, commit));
+      for (const [i, slice] of plan.slices.entries()) {
         const job = new SliceJob(
           slice.queue,
           'slice',
           { changes: slice.changes },
-          { ...opts.jobOptions, jobId: slice.jobId },
-          slice.jobId,
+          { ...opts.jobOptions, jobId: jobIds[i]! },
+          jobIds[i],
         );
         // Queues the add script on the transaction; the job is written by EXEC below.
         adds.push(job.addJob(tx as never));
       }
       await Promise.all(adds);
-      const jobKeys = plan.slices.map((slice) => slice.queue.toKey(slice.jobId));
+      const jobKeys = plan.slices.map((slice, i) => slice.queue.toKey(jobIds[i]!));
       if (catchUp) {
         const { sink, entry } = catchUp;
         queueScript(
@@ -423,8 +447,8 @@ export function createPageCommitter(opts: {
         }
         throw new CommitRaced(plan.source, await connection.hkeys(laggingKey(prefix, plan.source)));
       }
-      // A script flushed from this server (SCRIPT FLUSH on a live socket): the cursor script did
-      // not run, so nothing moved but the adds that got in (no-ops when the page is read again).
+      // Scripts gone from this server (a restart, SCRIPT FLUSH): BullMQ's adds met NOSCRIPT, so the
+      // cursor script (sent as text, scripts.ts) found the jobs missing: nothing moved.
       if (await reconnectIfFlushed(client, results))
         throw new FeedsyncError(
           `redis lost its scripts during the commit of ${plan.source} (reconnecting); retrying the page`,
@@ -434,8 +458,9 @@ export function createPageCommitter(opts: {
       if (catchUp && failed && /REFUSED/.test(errorMessage(failed[0])))
         throw new CatchUpRefused(plan.source, catchUp.sink, catchUp.generation, undefined);
       if (failed) {
-        // An add failed (so the cursor script refused): the adds that succeeded stay, as no-ops
-        // for the replay of the page.
+        // An add failed (so the cursor script refused the cursor). Not for memory nor NOSCRIPT,
+        // which fail every add alike; only a damaged key fails one alone, and then the adds that
+        // got in are queued again with the page's retry: copies, never a loss.
         throw new FeedsyncError(
           `redis refused part of the page commit of ${plan.source}: ${errorMessage(failed[0])}`,
           true,

@@ -1,7 +1,7 @@
 // The BullMQ producer: queues every change of a page for every sink whose filter it passes and
 // saves the source's cursor in Redis, both in one transaction (page-commit.ts), fenced by the
 // source's lease when the producer is given leases. One job per (page, sink, shard): a slice of the
-// page's changes in feed order (slice.ts), with a deterministic id.
+// page's changes in feed order (slice.ts), with an id fresh for its commit.
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
@@ -42,7 +42,7 @@ import {
 import { createLegacyOutboxMigration } from './legacy-layout.js';
 import { readLagging } from './positions-admin.js';
 import { closeRedis, createRedisConnection, redisEndpoint, whenReady } from './redis.js';
-import { sliceJobId, sliceJobOptions, type ChangeSlice } from './slice.js';
+import { sliceJobOptions, type ChangeSlice } from './slice.js';
 import { luaScript, runScript } from './scripts.js';
 
 export interface BullmqProducerOptions {
@@ -100,7 +100,6 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
   const keys = opts.keys ?? KeySpace.single(config.prefix);
   const shards = shardIndexes(config.shards);
   const addTimeoutMs = opts.addTimeoutMs ?? DEFAULT_ADD_TIMEOUT_MS;
-  const jobOptions = sliceJobOptions(config);
   // Commits WATCH the lease token, which needs a connection nothing else runs transactions on.
   const commitConnection = opts.connection
     ? opts.connection.duplicate()
@@ -139,13 +138,13 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
   const committer = createPageCommitter({
     connection: commitConnection,
     keys,
-    jobOptions,
+    jobOptions: sliceJobOptions(config),
     minReplicasAcked: config.min_replicas_acked,
   });
   const legacy = createLegacyOutboxMigration({
     connection: commitConnection,
     keys,
-    jobOptions,
+    jobOptions: sliceJobOptions(config),
     logger: opts.logger,
     exclusive: (work) => committer.exclusive(work),
     queuesOf: (source, sink) =>
@@ -275,7 +274,6 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
       sink: sink.name,
       shard,
       queue: queues[shard]!,
-      jobId: sliceJobId(list),
       changes: list,
     }));
   }
@@ -346,6 +344,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
         },
         eventIds: commit.eventIds,
         join: commit.join,
+        from: commit.from,
       },
     };
     let lost: Awaited<ReturnType<typeof commitPlan>> | undefined;

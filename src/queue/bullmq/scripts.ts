@@ -4,11 +4,13 @@
 // ioredis itself.
 //
 // Inside MULTI that fallback cannot work: the EVALSHA is queued, its NOSCRIPT comes back in EXEC's
-// reply, and ioredis goes on sending the SHA on that socket. `reconnectIfFlushed` is the remedy for
-// a transaction: when EXEC reports NOSCRIPT it has the connection reconnect (a new socket sends each
-// script's text once again: BullMQ's own as well as ours; `SCRIPT LOAD` would need a permission the
-// documented ACL user does not have) and the caller fails the transaction as retryable. Every
-// transaction using it must be safe to retry (page-commit.ts: fenced and idempotent).
+// reply, and ioredis goes on sending the SHA on that socket. So the script that decides a
+// transaction (the cursor script of a page commit, which checks that every job of the page got in)
+// is queued as its text (`queueScript`: EVAL), and cannot meet NOSCRIPT: a transaction then either
+// lost BullMQ's adds to NOSCRIPT, and its script refuses it, or goes through whole. Never its jobs
+// without its cursor. `reconnectIfFlushed` then has the connection reconnect (a new socket sends
+// each of BullMQ's scripts' text once again; `SCRIPT LOAD` would need a permission the documented
+// ACL user does not have) and the caller retries the transaction.
 import type { ChainableCommander, Redis } from 'ioredis';
 
 export interface LuaScript {
@@ -27,8 +29,8 @@ interface WithScripts {
   defineCommand(name: string, definition: { lua: string }): void;
 }
 
-/** Defines `scripts` on `client` unless it has them; a MULTI made afterwards can run them too. */
-export function defineScripts(client: Redis, ...scripts: LuaScript[]): void {
+/** Defines `scripts` on `client` unless it has them. */
+function defineScripts(client: Redis, ...scripts: LuaScript[]): void {
   const c = client as unknown as WithScripts;
   for (const s of scripts) if (!c.scriptsSet[s.name]) c.defineCommand(s.name, { lua: s.lua });
 }
@@ -44,9 +46,9 @@ export function runScript(
   return (client as unknown as Record<string, ScriptCommand>)[script.name]!(keys.length, ...keys, ...args);
 }
 
-/** Queues `script` on a MULTI of a client `defineScripts` prepared (before the MULTI was made). */
+/** Queues `script` on a MULTI as its text (EVAL): it cannot fail with NOSCRIPT (see above). */
 export function queueScript(tx: ChainableCommander, script: LuaScript, keys: string[], args: string[]): void {
-  (tx as unknown as Record<string, ScriptCommand>)[script.name]!(keys.length, ...keys, ...args);
+  tx.eval(script.lua, keys.length, ...keys, ...args);
 }
 
 /** Whether a command's error says the server lacks the script. */

@@ -1,12 +1,12 @@
 // A slice is what one BullMQ job carries: the changes of one page that one sink gets on one shard,
 // in feed order. Producer, delivery and admin share these helpers so they agree on ids and shapes.
-import { randomUUID } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { Job, type JobJson } from 'bullmq';
 import type { QueueConfig } from '../../config/types.js';
 import { FeedsyncError } from '../../core/errors.js';
 import type { Change } from '../../core/change.js';
 import { changeJson } from '../../core/change-json.js';
-import { fnv1a, jobIdForKey } from './names.js';
+import { jobIdForKey } from './names.js';
 
 export interface ChangeSlice {
   changes: Change[];
@@ -31,27 +31,27 @@ export class SliceJob extends Job<ChangeSlice> {
 }
 
 /**
- * Deterministic, so that a page replayed after a crash (added, cursor not saved) re-adds as a no-op
- * while the first copy is retained. First and last key make it readable; the hash over every key
- * makes a replay whose slice differs in between (an event listed late by the feed) a NEW job: its
- * changes are then delivered again (same keys, allowed) instead of being dropped as "already there".
+ * A slice job's id: its first and last change keys (readable in `dlq` and logs), and `commit`, a
+ * token fresh for every page commit. A page is queued once because its commit is one atomic step
+ * that checks the cursor it follows (page-commit.ts), not because BullMQ finds an id it already
+ * holds: a completed job kept for dashboards is never mistaken for a new one, and a page read
+ * again after `cursor set` or a replay is queued again, as asked.
  */
-export function sliceJobId(changes: readonly Pick<Change, 'key'>[]): string {
+export function sliceJobId(changes: readonly Pick<Change, 'key'>[], commit: string): string {
   const first = changes[0];
   const last = changes.at(-1);
   if (!first || !last) throw new FeedsyncError('cannot name an empty slice', false);
-  const digest = fnv1a(changes.map((c) => c.key).join('\n'))
-    .toString(16)
-    .padStart(8, '0');
-  return `${jobIdForKey(first.key)}+${jobIdForKey(last.key)}+${digest}`;
+  return `${jobIdForKey(first.key)}+${jobIdForKey(last.key)}+${commit}`;
 }
 
-/**
- * A dead letter re-queued by `dlq retry`: a fresh id every time, because a completed slice that
- * held the change may still be retained under any deterministic id, which would make the add a no-op.
- */
+/** The token that tells one page commit's slices from another's (48 random bits). */
+export function commitToken(): string {
+  return randomBytes(6).toString('hex');
+}
+
+/** A dead letter re-queued by `dlq retry`: a one-change slice of its own commit. */
 export function retrySliceJobId(change: Pick<Change, 'key'>): string {
-  return `${jobIdForKey(change.key)}+retry-${randomUUID()}`;
+  return sliceJobId([change], `retry-${commitToken()}`);
 }
 
 /**
@@ -96,8 +96,9 @@ function isChange(value: unknown): value is Change {
 }
 
 /**
- * Options of every slice job. Completed slices are kept a while so that a replayed page re-adds as
- * a no-op (the cursor invariant, docs/guarantees.md); failed ones stay until their changes are dead-lettered.
+ * Options of every slice job. Completed slices are kept as queue.retain_completed_* say, for
+ * dashboards only (ids are fresh per commit: nothing finds them again); failed ones stay until
+ * their changes are dead-lettered.
  */
 export function sliceJobOptions(config: Pick<QueueConfig, 'retain_completed_ms' | 'retain_completed_count'>) {
   return {

@@ -22,8 +22,6 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 local target = tonumber(ARGV[2])
 redis.call('HSET', KEYS[2], 'cursor', ARGV[2], 'seen_above', ARGV[3], 'updated_at', ARGV[4])
--- The pages after the new cursor are read again: new slice ids (page-commit.ts).
-redis.call('HINCRBY', KEYS[2], 'rewinds', 1)
 local lag = redis.call('HGETALL', KEYS[3])
 for i = 1, #lag, 2 do
   local e = cjson.decode(lag[i + 1])
