@@ -161,6 +161,7 @@ export class CatchUp {
       eventAt: newestEventAt(fresh) ?? lag.eventAt,
       join: joined,
       from: { cursor: lag.cursor, seenAbove: lag.seenAbove },
+      shared: { cursor: shared.cursor, seenAbove: shared.seenAbove },
     });
     deps.events.emit('catchup:committed', {
       source: source.name,

@@ -78,6 +78,11 @@ export interface CatchUpCommit extends FeedPosition {
   join: boolean;
   /** The sink's position the page was read after: the commit is refused unless it is still there. */
   from: FeedPosition;
+  /**
+   * The source's shared position the page's events were told apart by (queued here if the shared
+   * stream had passed them): refused unless the source's stored cursor is still there.
+   */
+  shared: FeedPosition;
 }
 
 export interface CatchUpResult {

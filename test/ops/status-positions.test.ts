@@ -170,6 +170,7 @@ describe.each(['local', 'bullmq'] as const)('status and metrics of sink position
       eventAt: 0,
       join: true,
       from: { cursor: lag!.cursor, seenAbove: lag!.seenAbove },
+      shared: { cursor: 3, seenAbove: [] },
     });
     expect(result.lost).toEqual([third[0]!.event_id]);
 

@@ -137,11 +137,13 @@ describe('bullmq producer', () => {
     expect(job!.changes.map((c) => c.key)).toEqual(['scheduling:123457']);
   });
 
-  it('a catch-up commit tried again after it landed, or read after a stale position, is refused', async () => {
+  it('a catch-up commit tried again after it landed, read after a stale position, or against a stale shared cursor, is refused', async () => {
     const config = queueConfig(redis.url, { shards: 2 });
     const producer = producerFor(config, [{ name: 'file' }]);
     const tag = `{${config.prefix}}`;
-    // `file` is off the shared stream of `scheduling`, at event 0, generation 3.
+    // `file` is off the shared stream of `scheduling`, at event 0, generation 3; the shared stream
+    // is at event 10.
+    await inspector.hset(`${tag}:source:scheduling`, 'cursor', '10', 'seen_above', '[]');
     await inspector.hset(`${tag}:sinks:scheduling`, 'file', '3');
     const entry = { cursor: 0, seenAbove: [], reason: 'parked', since: 1, eventAt: 1 };
     await inspector.hset(`${tag}:lagging:scheduling`, 'file', JSON.stringify(entry));
@@ -158,6 +160,7 @@ describe('bullmq producer', () => {
       eventAt: 1,
       join: false,
       from: { cursor: 0, seenAbove: [] },
+      shared: { cursor: 10, seenAbove: [] },
     };
     expect(await producer.commitCatchUp(page)).toEqual({ queued: 5, lost: [] });
     // The same commit again (its answer was lost to a timeout, say): its position moved, refused.
@@ -174,6 +177,19 @@ describe('bullmq producer', () => {
     expect(JSON.parse((await inspector.hget(`${tag}:lagging:scheduling`, 'file'))!)).toMatchObject({
       cursor: 5,
     });
+    // Read while the poller thought the shared stream at 8, though a commit it gave up on landed:
+    // the events from 9 on were told apart wrongly (neither queued here nor by the shared stream).
+    await expect(
+      producer.commitCatchUp({
+        ...page,
+        changes: range(6, 3).map((id) => makeChange(id)),
+        cursor: 8,
+        eventIds: range(6, 3),
+        from: { cursor: 5, seenAbove: [] },
+        shared: { cursor: 8, seenAbove: [] },
+      }),
+    ).rejects.toThrow(/source's cursor is at 10/);
+    expect(await ids()).toHaveLength(5);
   });
 
   it('a page Redis refuses for memory writes nothing; once memory frees, it is queued exactly once', async () => {

@@ -130,6 +130,7 @@ describe('the store fence', () => {
           eventAt: 0,
           join: true,
           from: { cursor: 0, seenAbove: [] },
+          shared: { cursor: 30, seenAbove: [] },
         }),
       ).rejects.toThrow(LEASE_LOST_MESSAGE);
       expect(other.prepare('SELECT sink, cursor FROM lagging_sinks').all()).toEqual([

@@ -398,6 +398,8 @@ export function describeQueueDriverConformance(name: string, harness: DriverHarn
         since: lag!.since,
         seenAbove: [],
         eventAt: 0,
+        // The source's cursor: the shared stream has passed pages 1-4.
+        shared: { cursor: 4, seenAbove: [] },
       };
       await expect(
         producer.commitCatchUp({

@@ -169,6 +169,8 @@ export interface PagePlan {
     join: boolean;
     /** The sink's position the page was read after. */
     from: FeedPosition;
+    /** The source's position its events were told apart by (passed by the shared stream or not). */
+    shared: FeedPosition;
   };
 }
 
@@ -305,6 +307,21 @@ export function createPageCommitter(opts: {
             catchUp.generation,
             Number(generation),
             'its position moved since the page was read (read again from where it is)',
+          );
+        // Its events were queued only where the shared stream had passed them: a poller whose view
+        // of the shared cursor lags Redis (a shared commit that landed after it gave up on it)
+        // would leave the events in between to neither.
+        if (
+          cursor !== null &&
+          (Number(cursor) !== catchUp.shared.cursor ||
+            JSON.stringify(parseSeen(seen)) !== JSON.stringify(catchUp.shared.seenAbove))
+        )
+          throw new CatchUpRefused(
+            plan.source,
+            catchUp.sink,
+            catchUp.generation,
+            Number(generation),
+            `the source's cursor is at ${cursor}, not at ${catchUp.shared.cursor} as the page was read for`,
           );
       } else {
         if (plan.laggingAssumed && !sameSet(plan.laggingAssumed, lagging ?? []))

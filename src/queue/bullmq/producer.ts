@@ -345,6 +345,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
         eventIds: commit.eventIds,
         join: commit.join,
         from: commit.from,
+        shared: commit.shared,
       },
     };
     let lost: Awaited<ReturnType<typeof commitPlan>> | undefined;
