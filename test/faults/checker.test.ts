@@ -59,7 +59,7 @@ function base(overrides: Partial<History> = {}): History {
     cursorCommands: [],
     replays: [],
     afterLeaseLoss: [],
-    mirror: null,
+    mirrors: {},
     ...overrides,
   };
 }
@@ -737,18 +737,20 @@ describe('fault history checker', () => {
     const row = (last: number, deleted = false) => ({ last, deleted });
     // s/a's last event is 104; w/x's last in feed order is 203 (workflow lists 202, 201, 203).
     const ok = { 's/a': row(104), 'w/x': row(203) };
-    expect(kinds(base({ deliveries: cleanDeliveries(), mirror: ok }))).toEqual({});
-    expect(kinds(base({ deliveries: cleanDeliveries(), mirror: { ...ok, 's/a': row(103) } }))).toEqual({
+    expect(kinds(base({ deliveries: cleanDeliveries(), mirrors: { mirror: ok } }))).toEqual({});
+    expect(
+      kinds(base({ deliveries: cleanDeliveries(), mirrors: { mirror: { ...ok, 's/a': row(103) } } })),
+    ).toEqual({
       'mirror-stale': 1,
     });
-    expect(kinds(base({ deliveries: cleanDeliveries(), mirror: { 's/a': row(104) } }))).toEqual({
+    expect(kinds(base({ deliveries: cleanDeliveries(), mirrors: { mirror: { 's/a': row(104) } } }))).toEqual({
       'mirror-stale': 1,
     });
     // A deleted subject: the tombstone is what counts, whatever the feed lists after the delete.
     const h = base({ deliveries: cleanDeliveries() });
     h.events = h.events.map((e) => (e.key === 'workflow:201' ? { ...e, event_type: 'job_deleted' } : e));
-    expect(kinds({ ...h, mirror: { ...ok, 'w/x': row(201, true) } })).toEqual({});
-    expect(kinds({ ...h, mirror: ok })).toEqual({ 'mirror-stale': 1 });
+    expect(kinds({ ...h, mirrors: { mirror: { ...ok, 'w/x': row(201, true) } } })).toEqual({});
+    expect(kinds({ ...h, mirrors: { mirror: ok } })).toEqual({ 'mirror-stale': 1 });
   });
 
   it('stall: a failing sink keeps another sink from delivering what was queued for it', () => {

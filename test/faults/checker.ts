@@ -47,7 +47,7 @@
 //                  state going back, not a token handed out), or a process started later delivers with a lower `context.fence`
 //                  token than an earlier process did in the same scope (a sink that compares tokens,
 //                  as DeliveryFence invites, would then refuse the new owner's deliveries).
-//  mirror-stale    the sqlite mirror sink (the product's own fenced sink) ended with a subject's row
+//  mirror-stale    a mirror sink (sqlite or postgres, the product's own fenced sinks) ended with a subject's row
 //                  not at the subject's last event in feed order (or with no row), or not deleted
 //                  though the subject was: the end state a user would see is wrong. (A deleted
 //                  subject is judged by its tombstone alone: a *_deleted event is final even when
@@ -498,7 +498,7 @@ export function check(h: History): CheckResult {
         prevOwner = null;
         continue;
       }
-      // Even across a Redis that lost its last writes (lease-scripts.ts NEXT_TOKEN): a token
+      // Even across a Redis that lost its last writes (src/lease/redis-scripts.ts NEXT_TOKEN): a token
       // handed out again is what made the mirrors refuse the legitimate writer. A lease seen before
       // (same owner, same token) is Redis' state going back with its AOF, not a token handed out.
       const pair = `${s.owner} ${s.token}`;
@@ -543,8 +543,9 @@ export function check(h: History): CheckResult {
     }
   }
 
-  // The mirror's end state: every subject at its last event in feed order, or deleted.
-  if (h.mirror) for (const a of mirrorStale(h.events, h.mirror, skipped)) add(a);
+  // Each mirror's end state: every subject at its last event in feed order, or deleted.
+  for (const [sink, rows] of Object.entries(h.mirrors))
+    for (const a of mirrorStale(h.events, rows, skipped)) add({ ...a, detail: `${sink}: ${a.detail}` });
 
   // (6) isolation: a sink fault on one recorded sink must not stall another.
   const recorded = h.sinks.filter((s) => s.recorded).map((s) => s.name);

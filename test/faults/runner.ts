@@ -10,6 +10,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import Database from 'better-sqlite3';
+import pg from 'pg';
 import { stringify } from 'yaml';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
 import { deriveSeed, Rng } from '../../src/sandbox/prng.js';
@@ -27,6 +28,7 @@ import { nemesisOf } from './nemesis/index.js';
 import { startFaultProxy, type FaultProxy } from './proxy.js';
 import { DeliveryLog, now, sampleRedis, sampleStore, scrapeLeaseLoss, type Sampler } from './recorder.js';
 import { startRedisProc, type RedisProc } from './redis-proc.js';
+import { startPostgres, type PostgresServer } from '../support/postgres.js';
 import { formatSchedule, makeSchedule, type ScheduleOptions } from './schedule.js';
 import { cliSpawner, Supervisor, writeJsonFile } from './supervisor.js';
 import type {
@@ -178,6 +180,8 @@ export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
   const heals: (() => void | Promise<void>)[] = [];
   let sandbox: Sandbox | undefined;
   let redis: RedisProc | undefined;
+  let postgres: PostgresServer | undefined;
+  let pgReader: pg.Client | undefined;
   const proxies = new Map<string, FaultProxy>();
   let sup: Supervisor | undefined;
   let sampler: Sampler | undefined;
@@ -195,6 +199,8 @@ export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
     await sandbox?.close().catch(() => undefined);
     for (const p of proxies.values()) await p.close().catch(() => undefined);
     await redis?.stop().catch(() => undefined);
+    await pgReader?.end().catch(() => undefined);
+    postgres?.stop();
     if (mountDir) spawnSync('umount', ['-l', mountDir], { stdio: 'ignore' });
     if (!keep) rmSync(dir, { recursive: true, force: true });
   };
@@ -202,6 +208,15 @@ export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
 
   try {
     sandbox = await startSandbox({ seed, backlog: opts.backlog, workflowDisorder: disorder });
+    postgres = await startPostgres();
+    pgReader = new pg.Client({ connectionString: postgres.url });
+    await pgReader.connect();
+    const theReader = pgReader;
+    /** Both mirrors' rows, by sink name. */
+    const readMirrors = async () => ({
+      mirror: readMirror(mirrorPath),
+      'mirror-pg': await readPgMirror(theReader),
+    });
     const prefix = `faults-${seed}`;
     const baseConfig = (redisUrl?: string): Record<string, unknown> => ({
       shutdown_timeout_ms: 5_000,
@@ -244,8 +259,10 @@ export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
           options: { dir: histDir, control: controlPath, latency_ms: 3, batch: true },
         },
         { name: 'file', type: 'jsonl', path: jsonlPath, filter: { sources: ['scheduling'] } },
-        // The product's own fenced sink: its end state is checked (mirror-stale).
+        // The product's own fenced sinks, shared by every process: their end state is checked
+        // (mirror-stale).
         { name: 'mirror', type: 'sqlite', path: mirrorPath },
+        { name: 'mirror-pg', type: 'postgres', url: postgres!.url, schema: 'mirror' },
       ],
       http: { host: '127.0.0.1', port: 0 },
       log: { level: 'info' },
@@ -428,7 +445,7 @@ export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
       deliveries.poll();
       missing =
         missingCount(events, sinks, deliveries, jsonlPath, cursorCommands) +
-        mirrorBehind(events, readMirror(mirrorPath), cursorCommands) +
+        mirrorBehind(events, await readMirrors(), cursorCommands) +
         replayOwedCount(events, sinks, deliveries, cursorCommands, replays);
       if (missing === 0) {
         drained = true;
@@ -459,7 +476,7 @@ export async function runFaultScenario(opts: RunOptions): Promise<RunResult> {
       cursorCommands,
       replays,
       afterLeaseLoss: scraper.counts(),
-      mirror: readMirror(mirrorPath),
+      mirrors: await readMirrors(),
     };
     const result = check(history);
     const injected: Partial<Record<FaultKind, number>> = {};
@@ -648,11 +665,26 @@ function readMirror(path: string): Record<string, MirrorRow> {
   }
 }
 
-/** Subjects whose mirror row is not yet what the feed says (skipped ranges aside). */
+/** The postgres mirror's rows ({} before feedsync created its table). */
+async function readPgMirror(client: pg.Client): Promise<Record<string, MirrorRow>> {
+  try {
+    const { rows } = await client.query<{ subject_url: string; last_event_id: string; deleted: boolean }>(
+      'SELECT subject_url, last_event_id, deleted FROM mirror.subjects',
+    );
+    return Object.fromEntries(
+      rows.map((r) => [r.subject_url, { last: Number(r.last_event_id), deleted: r.deleted }]),
+    );
+  } catch {
+    return {}; // not migrated yet
+  }
+}
+
+/** Mirror rows, over every mirror, not yet what the feed says (skipped ranges aside). */
 function mirrorBehind(
   events: ExpectedEvent[],
-  mirror: Record<string, MirrorRow>,
+  mirrors: Record<string, Record<string, MirrorRow>>,
   commands: CursorCommand[],
 ): number {
-  return mirrorStale(events, mirror, skippedByResets(commands)).length;
+  const skipped = skippedByResets(commands);
+  return Object.values(mirrors).reduce((n, rows) => n + mirrorStale(events, rows, skipped).length, 0);
 }

@@ -167,6 +167,6 @@ export interface History {
   /** `feedsync replay` commands, accepted or refused. */
   replays: ReplayCommand[];
   afterLeaseLoss: LeaseLossCount[];
-  /** The sqlite mirror sink's rows at the end, by subject_url (null: no mirror sink). */
-  mirror: Record<string, MirrorRow> | null;
+  /** Each mirror sink's rows at the end (sqlite and postgres), by sink name, then subject_url. */
+  mirrors: Record<string, Record<string, MirrorRow>>;
 }
