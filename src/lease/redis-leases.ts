@@ -1,10 +1,10 @@
-// Every lease of scaled mode follows this one rule: a source's poller (lease.ts) and a sink shard's
-// consumer (delivery.ts) each hold a Redis key `<token> <owner>` with an expiry, taken with a
-// fencing token that only grows (lease-scripts.ts NEXT_TOKEN), renewed at every heartbeat (a
-// quarter of the TTL, at most a second) while held, and given up by the holder's own monotonic
-// clock at SELF_EXPIRY of the TTL without a renewal, before the key can expire and another process
-// take it. Every durable write of a holder checks the lease
-// value inside its own script (page-commit.ts, shard-lease.ts, source-hold.ts).
+// Redis leases, under the rule of rule.ts: a source's poller (queue/bullmq/lease.ts), a sink
+// shard's consumer (queue/bullmq/delivery.ts) and an operator command holding a source
+// (queue/bullmq/source-hold.ts) each hold a Redis key `<token> <owner>` with an expiry, taken with
+// a fencing token that only grows (redis-scripts.ts NEXT_TOKEN). A lease not renewed within
+// SELF_EXPIRY of the TTL is given up (lost), not only invalid: its holder stops. Every durable
+// write of a holder checks the lease value inside its own script (page-commit.ts, shard-lease.ts,
+// source-hold.ts).
 //
 // How leases spread over processes: each process heartbeats into a sorted set of live members
 // (score = expiry, by Redis' clock: hosts with skewed clocks still agree on who is alive). A member
@@ -14,20 +14,13 @@
 // the set within one TTL, like its leases, so a survivor's share grows just when those expire.
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { sleep } from '../../backoff.js';
-import { FeedsyncError, errorMessage } from '../../core/errors.js';
-import { ACQUIRE, ownerOf, RELEASE, RENEW } from './lease-scripts.js';
-import { warnRedisFailure } from './redis-monitor.js';
-import { whenReady } from './redis.js';
-import { luaScript, runScript } from './scripts.js';
-
-/**
- * A holder stops by its own monotonic clock this far into the TTL without a successful renewal, so
- * it has stopped before the key can expire and another process take the lease: a renewal that
- * hangs (a frozen Redis, a cut connection that never errors) or a process paused past it cannot
- * leave two holders.
- */
-export const SELF_EXPIRY = 0.8;
+import { sleep } from '../backoff.js';
+import { FeedsyncError, errorMessage } from '../core/errors.js';
+import { warnRedisFailure } from '../queue/bullmq/redis-monitor.js';
+import { whenReady } from '../queue/bullmq/redis.js';
+import { luaScript, runScript } from '../queue/bullmq/scripts.js';
+import { ACQUIRE, ownerOf, RELEASE, RENEW } from './redis-scripts.js';
+import { heartbeatMs, Holding } from './rule.js';
 
 const HEARTBEAT = luaScript(
   'heartbeat',
@@ -59,20 +52,20 @@ export interface HeldRedisLease {
   readonly fence: LeaseFence;
   /** Aborted (reason: the error) once the lease is lost, handed over or released. */
   readonly lost: AbortSignal;
-  /** Whether the holder may still act: renewed within SELF_EXPIRY of the TTL, and not lost. */
+  /** Whether the holder may still act (rule.ts). */
   valid(): boolean;
   release(): Promise<void>;
 }
 
 export interface RedisLeasesOptions {
   client: Redis;
-  /** The sorted set of live members sharing these leases. */
-  membersKey: string;
+  /** The sorted set of live members sharing these leases; none: a one-off holder (an operator command) that takes what is free and shares nothing. */
+  membersKey?: string;
   owner: string;
   ttlMs: number;
   logger: Logger;
-  /** How many leases a group has, for the fair share. */
-  groupSize(group: string): number;
+  /** How many leases a group has, for the fair share (unbounded without membersKey). */
+  groupSize?(group: string): number;
   /** What a lease is, for log lines: `source`, `shard`. */
   what: string;
   /** Who stops when one is lost, for its log line: `its poller`. */
@@ -82,11 +75,7 @@ export interface RedisLeasesOptions {
 interface Held {
   spec: LeaseSpec;
   fence: LeaseFence;
-  lost: AbortController;
-  since: number;
-  /** performance.now() when the last successful renewal was sent (Redis set the expiry after that). */
-  renewedAt: number;
-  released: boolean;
+  holding: Holding;
 }
 
 export class RedisLeases {
@@ -104,38 +93,37 @@ export class RedisLeases {
 
   constructor(private readonly opts: RedisLeasesOptions) {
     this.ttl = Math.max(1_000, opts.ttlMs);
-    // Waiting members retry often enough that a takeover comes well within a second of the expiry,
-    // and a member's heartbeat (which renews its leases and finds who joined) is as frequent: a
-    // process that joins gets its share within about a second.
-    this.retryMs = Math.min(1_000, Math.floor(this.ttl / 4));
+    // A member's heartbeat also finds who joined: a process that joins gets its share within about
+    // a second.
+    this.retryMs = heartbeatMs(this.ttl);
     this.beatMs = this.retryMs;
   }
 
   /** How many of `group`'s leases this member may hold. */
   share(group: string): number {
+    if (!this.opts.groupSize) return Infinity;
     return Math.ceil(this.opts.groupSize(group) / Math.max(1, this.live));
   }
 
   /** Names of the leases held now (and not lost). */
   names(): string[] {
-    return [...this.held].filter(([, h]) => !h.lost.signal.aborted).map(([name]) => name);
+    return [...this.held].filter(([, h]) => !h.holding.lost.aborted).map(([name]) => name);
   }
 
   /** The fence of a lease held now, or undefined (checked against the monotonic clock first). */
   fence(name: string): LeaseFence | undefined {
     this.expireStale();
     const lease = this.held.get(name);
-    return lease && !lease.lost.signal.aborted ? lease.fence : undefined;
+    return lease && !lease.holding.lost.aborted ? lease.fence : undefined;
   }
 
   markLost(name: string, reason: string): void {
     const lease = this.held.get(name);
-    if (!lease || lease.lost.signal.aborted) return;
+    if (!lease?.holding.lose(new FeedsyncError(`lease of ${name} lost: ${reason}`, true))) return;
     this.opts.logger.error(
       { [this.opts.what]: name, reason },
       `lost the lease of ${this.opts.what} ${name}; ${this.opts.holder} stops`,
     );
-    lease.lost.abort(new FeedsyncError(`lease of ${name} lost: ${reason}`, true));
   }
 
   /**
@@ -185,6 +173,18 @@ export class RedisLeases {
     }
   }
 
+  /**
+   * One try, for an operator command: the lease when it is free (renewed until released, like any
+   * other), else who holds it.
+   */
+  async tryOnce(spec: LeaseSpec): Promise<HeldRedisLease | { holder: string }> {
+    this.startBeating();
+    const { lease, holder } = await this.tryAcquire(spec);
+    if (!lease) return { holder: holder ?? 'unknown' };
+    this.held.set(spec.name, lease);
+    return this.heldLease(lease);
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
@@ -200,7 +200,9 @@ export class RedisLeases {
       ),
     );
     this.held.clear();
-    if (this.timer) await this.opts.client.zrem(this.opts.membersKey, this.opts.owner).catch(() => undefined);
+    const { membersKey } = this.opts;
+    if (this.timer && membersKey)
+      await this.opts.client.zrem(membersKey, this.opts.owner).catch(() => undefined);
   }
 
   /**
@@ -212,6 +214,7 @@ export class RedisLeases {
   private async join(): Promise<void> {
     // Shared by every acquire of this member (at most a heartbeat, or until Redis answers or close()).
     this.joined ??= (async () => {
+      if (!this.opts.membersKey) return;
       while (!this.closed && !(await this.heartbeat())) await sleep(this.retryMs);
       await sleep(this.beatMs);
     })();
@@ -227,6 +230,7 @@ export class RedisLeases {
   /** Registers this member and counts the live ones; false (warned) when Redis did not answer. */
   private async heartbeat(): Promise<boolean> {
     const { client, membersKey, owner, logger } = this.opts;
+    if (!membersKey) return true;
     try {
       const live = await runScript(client, HEARTBEAT, [membersKey], [owner, String(this.ttl)]);
       this.live = Math.max(1, Number(live));
@@ -239,7 +243,7 @@ export class RedisLeases {
 
   private async tryAcquire(spec: LeaseSpec): Promise<{ lease?: Held; holder?: string }> {
     const { client, owner } = this.opts;
-    await this.heartbeat();
+    // `live` is as fresh as the last heartbeat (the timer's, or join's before a first lease).
     if (this.heldIn(spec.group) >= this.share(spec.group))
       return { holder: ownerOf(await client.get(spec.key)) };
     const sent = performance.now();
@@ -255,10 +259,7 @@ export class RedisLeases {
       lease: {
         spec,
         fence: { leaseKey: spec.key, tokenKey: spec.tokenKey, value: String(reply[1]), token },
-        lost: new AbortController(),
-        since: performance.now(),
-        renewedAt: sent,
-        released: false,
+        holding: new Holding(this.ttl, sent),
       },
     };
   }
@@ -269,14 +270,11 @@ export class RedisLeases {
     const name = lease.spec.name;
     return {
       fence: lease.fence,
-      lost: lease.lost.signal,
-      valid: () =>
-        !lease.released &&
-        !lease.lost.signal.aborted &&
-        performance.now() - lease.renewedAt < this.ttl * SELF_EXPIRY,
+      lost: lease.holding.lost,
+      valid: () => lease.holding.valid(),
       release: () =>
         (released ??= (async () => {
-          lease.released = true;
+          lease.holding.released = true;
           if (this.held.get(name) === lease) this.held.delete(name);
           try {
             await runScript(client, RELEASE, [lease.fence.leaseKey], [lease.fence.value]);
@@ -302,7 +300,7 @@ export class RedisLeases {
           [lease.fence.value, String(this.ttl)],
         ),
       );
-      if (ok === 1) lease.renewedAt = sent;
+      if (ok === 1) lease.holding.renewed(sent);
       else this.markLost(lease.spec.name, 'taken by another process (or expired) before it was renewed');
     } catch (err) {
       // The watchdog gives it up by the monotonic clock; until then a renewal may still come through.
@@ -320,7 +318,7 @@ export class RedisLeases {
   private rebalance(): void {
     const groups = new Map<string, Held[]>();
     for (const lease of this.held.values()) {
-      if (lease.lost.signal.aborted) continue;
+      if (lease.holding.lost.aborted) continue;
       const list = groups.get(lease.spec.group) ?? [];
       list.push(lease);
       groups.set(lease.spec.group, list);
@@ -329,7 +327,9 @@ export class RedisLeases {
     for (const [group, leases] of groups) {
       const excess = leases.length - this.share(group);
       if (excess <= 0) continue;
-      const candidates = leases.filter((l) => now - l.since >= this.beatMs).sort((a, b) => a.since - b.since);
+      const candidates = leases
+        .filter((l) => now - l.holding.since >= this.beatMs)
+        .sort((a, b) => a.holding.since - b.holding.since);
       for (const lease of candidates.slice(0, excess)) {
         this.opts.logger.info(
           {
@@ -340,7 +340,7 @@ export class RedisLeases {
           },
           `handing ${this.opts.what} ${lease.spec.name} over: this process holds more than its share`,
         );
-        lease.lost.abort(
+        lease.holding.lose(
           new FeedsyncError(
             `lease of ${lease.spec.name} handed over to spread the load across processes`,
             true,
@@ -354,19 +354,18 @@ export class RedisLeases {
     await this.heartbeat();
     // A lease lost or handed over is not kept alive while its holder winds down: it expires, and
     // another member takes it, even if this one never gets to release it.
-    const live = [...this.held.values()].filter((lease) => !lease.lost.signal.aborted);
+    const live = [...this.held.values()].filter((lease) => !lease.holding.lost.aborted);
     await Promise.all(live.map((lease) => this.renew(lease)));
     this.rebalance();
   }
 
   /** Independent of the beat, which may hang on a frozen Redis: stop before the key can expire. */
   private expireStale(): void {
-    const now = performance.now();
     for (const [name, lease] of this.held)
-      if (now - lease.renewedAt >= this.ttl * SELF_EXPIRY)
+      if (lease.holding.stale())
         this.markLost(
           name,
-          `not renewed for ${Math.round(now - lease.renewedAt)} ms (redis unreachable or frozen, or this process was paused); stopping before the lease can expire`,
+          `not renewed for ${Math.round(lease.holding.age())} ms (redis unreachable or frozen, or this process was paused); stopping before the lease can expire`,
         );
   }
 

@@ -2,7 +2,7 @@
 // that only grows (NEXT_TOKEN). Pollers (lease.ts) and `cursor set/reset` (source-hold.ts) take
 // the same lease, so they exclude each other.
 
-import { luaScript } from './scripts.js';
+import { luaScript } from '../queue/bullmq/scripts.js';
 
 /**
  * Lua: sets `token` to a fencing token that only grows, even when Redis forgets its last writes (a

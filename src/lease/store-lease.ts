@@ -13,14 +13,16 @@
 // row when it resumes, whatever it was doing. TEMP triggers belong to the connection that created
 // them, so other connections (status, dlq) are not fenced and need no token.
 //
-// The holder also stops by its own monotonic clock: `valid()` turns false once its last renewal is
-// older than two thirds of the TTL, before a standby may claim (a full TTL after the last
-// heartbeat), so a resumed process starts no new sink delivery before it knows it still owns the
-// store.
+// The holder follows the lease rule (rule.ts): renewed at every heartbeat, and `valid()` turns
+// false once its last renewal is older than SELF_EXPIRY of the TTL, before a standby may claim (a
+// full TTL after the last heartbeat), so a resumed process starts no new sink delivery before it
+// knows it still owns the store. Unlike a Redis lease, a stale store lease is not given up: a
+// renewal that finds it still ours makes it valid again, and only one that finds it taken loses it.
 import { hostname } from 'node:os';
 import { sleep } from '../backoff.js';
 import { FeedsyncError } from '../core/errors.js';
-import type { Db } from './store.js';
+import type { Db } from '../store/store.js';
+import { heartbeatMs, Holding } from './rule.js';
 
 export const STORE_LEASE_TTL_MS = 15_000;
 
@@ -67,20 +69,20 @@ export interface StoreLeaseOptions {
 
 export class StoreLease {
   readonly lost: AbortSignal;
-  private readonly lostController = new AbortController();
-  private renewedAt = performance.now();
+  private readonly holding: Holding;
   private timer: NodeJS.Timeout | undefined;
-  private released = false;
 
   private constructor(
     private readonly db: Db,
     readonly owner: string,
     readonly token: number,
     private readonly ttlMs: number,
+    sentAt: number,
   ) {
-    this.lost = this.lostController.signal;
+    this.holding = new Holding(ttlMs, sentAt);
+    this.lost = this.holding.lost;
     installFence(db, token);
-    this.timer = setInterval(() => this.renew(), Math.max(100, Math.floor(ttlMs / 3)));
+    this.timer = setInterval(() => this.renew(), heartbeatMs(ttlMs));
     this.timer.unref();
   }
 
@@ -94,6 +96,7 @@ export class StoreLease {
   static tryAcquire(db: Db, opts: StoreLeaseOptions = {}): StoreLease | undefined {
     const owner = opts.owner ?? leaseOwner();
     const ttlMs = opts.ttlMs ?? STORE_LEASE_TTL_MS;
+    const sentAt = performance.now();
     const token = db
       .transaction((): number | undefined => {
         const now = Date.now();
@@ -107,7 +110,7 @@ export class StoreLease {
         return next;
       })
       .immediate();
-    return token === undefined ? undefined : new StoreLease(db, owner, token, ttlMs);
+    return token === undefined ? undefined : new StoreLease(db, owner, token, ttlMs, sentAt);
   }
 
   /** Waits until the store is this process's (undefined if `signal` aborts first). */
@@ -129,19 +132,20 @@ export class StoreLease {
       if (lease) return lease;
       if (!warned) onWait(StoreLease.holder(db, opts.ttlMs) ?? 'unknown');
       warned = true;
-      if (!(await sleep(opts.retryMs ?? 1000, signal))) return undefined;
+      if (!(await sleep(opts.retryMs ?? heartbeatMs(opts.ttlMs ?? STORE_LEASE_TTL_MS), signal)))
+        return undefined;
     }
   }
 
-  /** True while this process may act as the owner: renewed within two thirds of the TTL, by its own monotonic clock. */
+  /** True while this process may act as the owner (rule.ts). */
   valid(): boolean {
-    return !this.lost.aborted && performance.now() - this.renewedAt < (this.ttlMs * 2) / 3;
+    return this.holding.valid();
   }
 
   /** Gives the store up at once (a standby claims it at its next try). Idempotent. */
   release(): void {
-    if (this.released) return;
-    this.released = true;
+    if (this.holding.released) return;
+    this.holding.released = true;
     clearInterval(this.timer);
     if (!this.db.open) return;
     try {
@@ -157,14 +161,14 @@ export class StoreLease {
   }
 
   private renew(): void {
-    if (this.released || this.lost.aborted || !this.db.open) return;
+    if (this.holding.released || this.lost.aborted || !this.db.open) return;
     const started = performance.now();
     try {
       const changes = this.db
         .prepare('UPDATE store_lease SET heartbeat_at = ? WHERE id = 1 AND owner = ? AND token = ?')
         .run(Date.now(), this.owner, this.token).changes;
       if (changes === 1) {
-        this.renewedAt = started;
+        this.holding.renewed(started);
         return;
       }
     } catch (err) {
@@ -172,7 +176,7 @@ export class StoreLease {
       if ((err as { code?: string }).code === 'SQLITE_BUSY') return;
     }
     clearInterval(this.timer);
-    this.lostController.abort(new StoreLeaseLostError(this.db.name, StoreLease.holder(this.db, this.ttlMs)));
+    this.holding.lose(new StoreLeaseLostError(this.db.name, StoreLease.holder(this.db, this.ttlMs)));
   }
 }
 

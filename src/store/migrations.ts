@@ -83,7 +83,7 @@ export const migrations: { version: number; name: string; sql: string }[] = [
   {
     version: 5,
     name: 'one owner per store',
-    // The local queue's rows belong to one process: the store lease (src/store/store-lease.ts)
+    // The local queue's rows belong to one process: the store lease (src/lease/store-lease.ts)
     // replaces the per-source locks, which left the delivery loops and the logged pages unguarded.
     sql: `DROP TABLE source_locks;
       CREATE TABLE store_lease (

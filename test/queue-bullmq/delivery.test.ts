@@ -190,7 +190,7 @@ describe('bullmq slices', () => {
     // `cursor set scheduling 0`, as the command does it (held, fenced, counted as a rewind).
     const client = new Redis(redis.url);
     try {
-      const held = await holdSource(client, config.prefix, 'scheduling', 3000, 'test');
+      const held = await holdSource(client, config.prefix, 'scheduling', 3000, 'test', silentLogger);
       if ('holder' in held) throw new Error(`held by ${held.holder}`);
       await held.save(0, []);
       await held.release();

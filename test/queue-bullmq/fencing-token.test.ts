@@ -2,7 +2,7 @@
 // cut short (or a replica promoted before it caught up) must not hand out a token already used,
 // since the sqlite and postgres mirrors refuse any token below the highest they applied.
 import { describe, expect, it } from 'vitest';
-import { ACQUIRE } from '../../src/queue/bullmq/lease-scripts.js';
+import { ACQUIRE } from '../../src/lease/redis-scripts.js';
 import { runScript } from '../../src/queue/bullmq/scripts.js';
 import { useRedis } from './support.js';
 

@@ -117,7 +117,7 @@ describe('queue.min_replicas_acked', () => {
     const client = new Redis(primary.url);
     const prefix = `t-hold-${Date.now()}`;
     try {
-      const held = await holdSource(client, prefix, 'scheduling', 15_000, 'test', 1);
+      const held = await holdSource(client, prefix, 'scheduling', 15_000, 'test', silentLogger, 1);
       if (!('save' in held)) throw new Error(`not held: ${held.holder}`);
       await expect(held.save(42, [])).resolves.toBeUndefined();
       replica.kill();

@@ -3,7 +3,7 @@
 // gets its share from the one that held them all, and a progress write is fenced by the lease and
 // the job's lock.
 import { afterEach, describe, expect, it } from 'vitest';
-import { RedisLeases, type HeldRedisLease } from '../../src/queue/bullmq/leases.js';
+import { RedisLeases, type HeldRedisLease } from '../../src/lease/redis-leases.js';
 import { shardLease, shardLeaseSpec } from '../../src/queue/bullmq/shard-lease.js';
 import { backlogKey, shardLeaseKey, shardLeaseTokenKey } from '../../src/queue/bullmq/names.js';
 import { silentLogger, useRedis } from './support.js';

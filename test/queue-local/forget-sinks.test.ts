@@ -10,7 +10,7 @@ import { LocalProducer } from '../../src/queue/local/producer.js';
 import { localPositionsAdmin } from '../../src/queue/local/positions-admin.js';
 import { reportForgotten, type ProducerSink } from '../../src/queue/sink-positions.js';
 import { CursorStore } from '../../src/store/cursors.js';
-import { StoreLease } from '../../src/store/store-lease.js';
+import { StoreLease } from '../../src/lease/store-lease.js';
 import { openStore, type Db } from '../../src/store/store.js';
 import { tempDir } from '../support/harness.js';
 

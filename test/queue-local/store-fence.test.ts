@@ -1,4 +1,4 @@
-// The store fence (src/store/store-lease.ts) covers every table of the store: a table is fenced
+// The store fence (src/lease/store-lease.ts) covers every table of the store: a table is fenced
 // unless UNFENCED_TABLES names it with a reason, so a table added by a later migration is fenced
 // without anyone remembering to. Checked on a real store file: after another process claims the
 // store, the superseded owner's connection can write no row of any fenced table.
@@ -9,7 +9,7 @@ import {
   StoreLease,
   UNFENCED_TABLES,
   LEASE_LOST_MESSAGE,
-} from '../../src/store/store-lease.js';
+} from '../../src/lease/store-lease.js';
 import { openStore } from '../../src/store/store.js';
 import { CursorStore } from '../../src/store/cursors.js';
 import { Backlog } from '../../src/queue/local/backlog.js';

@@ -3,7 +3,7 @@
 // expires (15 s) — new upstream events then reach the sink through the second process.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startSandbox, type Sandbox } from '../../src/sandbox/index.js';
-import { STORE_LEASE_TTL_MS as LOCK_TTL_MS } from '../../src/store/store-lease.js';
+import { STORE_LEASE_TTL_MS as LOCK_TTL_MS } from '../../src/lease/store-lease.js';
 import { tempDir } from '../support/harness.js';
 import { killAllCli } from '../support/process.js';
 import { SEED, sandboxKeys, SERVICES, startRun, waitForAllKeys, writeRunConfig } from './support.js';

@@ -1,4 +1,4 @@
-// One owner per store (src/store/store-lease.ts), with real processes:
+// One owner per store (src/lease/store-lease.ts), with real processes:
 // - a second `run` on the same store waits as a standby: it moves no row of the live process and
 //   delivers nothing twice (before the store lease, ~1,369 of ~1,600 changes were delivered twice);
 // - a `run` frozen (SIGSTOP) past the lease while a standby waits: the standby takes over, the

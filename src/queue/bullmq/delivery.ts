@@ -52,7 +52,7 @@ import { closeRedis, createRedisConnection, redisEndpoint } from './redis.js';
 import { warnRedisFailure } from './redis-monitor.js';
 import { Semaphore, SemaphoreClosedError } from '../../semaphore.js';
 import { defaultOwner } from './lease.js';
-import { RedisLeases } from './leases.js';
+import { RedisLeases } from '../../lease/redis-leases.js';
 import { shardLease, shardLeaseSpec, type ShardLease } from './shard-lease.js';
 import { deliverSlice, type SliceDeliveryContext } from './slice-delivery.js';
 import type { ChangeSlice } from './slice.js';

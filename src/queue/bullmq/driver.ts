@@ -117,6 +117,7 @@ export async function createBullmqDriver(
           source,
           config.queue.lease_ttl_ms,
           `${defaultOwner()} (cursor command)`,
+          logger,
           config.queue.min_replicas_acked,
         ),
     };

@@ -1,7 +1,7 @@
 // Source leases for scaled mode: any number of `poll` replicas, each source polled by one of them at
-// a time. A lease is a Redis key `<token> <owner>` with an expiry (lease-scripts.ts), renewed every
-// ttl/3 while held; the token comes from a per-source counter that only grows, so every acquisition
-// has a token no earlier holder had. Page commits check it (page-commit.ts): a holder that was
+// a time, each holding the source's lease (src/lease: a Redis key `<token> <owner>` with an expiry,
+// under the one lease rule); the token only grows, so every acquisition has a token no earlier
+// holder had. Page commits check it (page-commit.ts): a holder that was
 // paused past its lease and resumes finds a newer token and writes nothing (fencing). How sources
 // spread over the replicas is leases.ts.
 import { hostname } from 'node:os';
@@ -11,8 +11,8 @@ import { FeedsyncError } from '../../core/errors.js';
 import type { SourceLeases } from '../driver.js';
 import { leaseKey, leaseTokenKey, pollersKey, type Keys } from './names.js';
 import { closeRedis, createRedisConnection, type RedisEndpoint } from './redis.js';
-import { ownerOf } from './lease-scripts.js';
-import { RedisLeases, type LeaseFence } from './leases.js';
+import { ownerOf } from '../../lease/redis-scripts.js';
+import { RedisLeases, type LeaseFence } from '../../lease/redis-leases.js';
 import { holdSource } from './source-hold.js';
 
 export type { LeaseFence };
@@ -80,7 +80,15 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
     },
     holder: (source) => readLeaseHolder(client, opts.prefix, source),
     hold: (source) =>
-      holdSource(client, opts.prefix, source, ttl, `${owner} (cursor command)`, opts.minReplicasAcked),
+      holdSource(
+        client,
+        opts.prefix,
+        source,
+        ttl,
+        `${owner} (cursor command)`,
+        opts.logger,
+        opts.minReplicasAcked,
+      ),
     fence: (source) => leases.fence(source),
     markLost: (source, reason) => leases.markLost(source, reason),
     held: () => leases.names(),

@@ -19,7 +19,7 @@
 //                                       is ONE dead-lettered change, job id `scheduling~123457`
 //   source state    `{feedsync}:source:scheduling`  hash: cursor, seen_above and poll status
 //   source lease    `{feedsync}:lease:scheduling`   `<token> <owner>`, expires unless renewed
-//   lease token     `{feedsync}:lease-token:scheduling`  the last fencing token (lease-scripts.ts NEXT_TOKEN)
+//   lease token     `{feedsync}:lease-token:scheduling`  the last fencing token (src/lease/redis-scripts.ts NEXT_TOKEN)
 //   shard lease     `{feedsync}:shard-lease:hook.2` `<token> <owner>` of the `work` process serving the shard
 //   shard token     `{feedsync}:shard-lease-token:hook.2`  the shard lease's last fencing token
 //   backlog         `{feedsync}:backlog`            hash: per sink, changes queued and not yet delivered
@@ -181,7 +181,7 @@ export function shardLeaseKey(tag: string, sink: string, shard: number): string 
   return `${tag}:shard-lease:${sink}.${shard}`;
 }
 
-/** The last fencing token of the shard lease (lease-scripts.ts NEXT_TOKEN). */
+/** The last fencing token of the shard lease (src/lease/redis-scripts.ts NEXT_TOKEN). */
 export function shardLeaseTokenKey(tag: string, sink: string, shard: number): string {
   return `${tag}:shard-lease-token:${sink}.${shard}`;
 }

@@ -20,8 +20,8 @@
 import type { Redis } from 'ioredis';
 import type { DeliveryFence } from '../../sinks/sink.js';
 import type { SliceProgress } from './attempts.js';
-import { HELD } from './lease-scripts.js';
-import type { HeldRedisLease, LeaseSpec } from './leases.js';
+import { HELD } from '../../lease/redis-scripts.js';
+import type { HeldRedisLease, LeaseSpec } from '../../lease/redis-leases.js';
 import { backlogKey, bullPrefix, shardLeaseKey, shardLeaseTokenKey } from './names.js';
 import { luaScript, runScript } from './scripts.js';
 

@@ -1,11 +1,13 @@
-// `cursor set/reset` in scaled mode: the command takes the source's lease like a poller would (a
-// fresh token), so no poller starts on the source while the command runs, and its cursor write is
-// checked against that lease inside Redis: a command that lost the lease (paused past it, Redis
-// unreachable for a TTL) writes nothing.
+// `cursor set/reset` and `replay` in scaled mode: the command takes the source's lease like a
+// poller would (the same lease module, a fresh token, renewed until released), so no poller starts
+// on the source while the command runs, and its cursor write is checked against that lease inside
+// Redis: a command that lost the lease (paused past it, Redis unreachable for a TTL) writes
+// nothing.
 import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
 import { FeedsyncError } from '../../core/errors.js';
+import { RedisLeases } from '../../lease/redis-leases.js';
 import type { HeldSource } from '../driver.js';
-import { ACQUIRE, ownerOf, RELEASE, RENEW } from './lease-scripts.js';
 import { keySpace, laggingKey, leaseKey, leaseTokenKey, sourceStateKey, type Keys } from './names.js';
 import { awaitReplicas } from './replication.js';
 import { cursorFields } from './source-state.js';
@@ -39,34 +41,28 @@ export async function holdSource(
   source: string,
   ttlMs: number,
   owner: string,
+  logger: Logger,
   /** queue.min_replicas_acked: the save is reported done only once that many replicas have it. */
   minReplicasAcked = 0,
 ): Promise<HeldSource | { holder: string }> {
   const key = leaseKey(prefix, source);
-  const reply = (await runScript(
-    client,
-    ACQUIRE,
-    [key, leaseTokenKey(prefix, source)],
-    [owner, String(ttlMs)],
-  )) as [number, string | null];
-  if (Number(reply[0]) === 0) return { holder: ownerOf(reply[1]) ?? 'unknown' };
-  const value = String(reply[1]);
-  const lost = new AbortController();
-  const renew = setInterval(
-    () => {
-      runScript(client, RENEW, [key, leaseTokenKey(prefix, source)], [value, String(ttlMs)]).then(
-        (ok) => Number(ok) === 1 || lost.abort(),
-        () => undefined,
-      );
-    },
-    Math.max(100, Math.floor(ttlMs / 3)),
-  );
-  renew.unref();
+  const leases = new RedisLeases({ client, owner, ttlMs, logger, what: 'source', holder: 'the command' });
+  const held = await leases
+    .tryOnce({ name: source, key, tokenKey: leaseTokenKey(prefix, source), group: 'commands' })
+    .catch(async (err: unknown) => {
+      await leases.close();
+      throw err;
+    });
+  if (!('fence' in held)) {
+    await leases.close();
+    return held;
+  }
+  const value = held.fence.value;
   return {
-    lost: lost.signal,
+    lost: held.lost,
     async release() {
-      clearInterval(renew);
-      await runScript(client, RELEASE, [key], [value]).catch(() => undefined);
+      await held.release();
+      await leases.close();
     },
     async save(eventId, seenAbove) {
       const f = cursorFields(eventId, seenAbove);

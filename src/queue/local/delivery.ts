@@ -11,7 +11,7 @@ import type { Change } from '../../core/change.js';
 import type { QueuedSlices } from './producer.js';
 import type { LoggedPage, QueuedRow as Row } from './rows.js';
 import type { StoreOwnership } from './ownership.js';
-import { LEASE_LOST_MESSAGE } from '../../store/store-lease.js';
+import { LEASE_LOST_MESSAGE } from '../../lease/store-lease.js';
 
 const IDLE_RECHECK_MS = 1000;
 /** A busy store write is retried this many times (backing off to 1 s: ~10 s in all) before the rows are left queued. */

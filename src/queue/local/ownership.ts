@@ -1,8 +1,8 @@
 // The local driver's one ownership rule: everything `run` writes to the store (page commits,
 // cursors, delivery outcomes) and every sink delivery it starts happens under the store lease
-// (src/store/store-lease.ts). Pollers and delivery loops wait on the same acquisition; a second
+// (src/lease/store-lease.ts). Pollers and delivery loops wait on the same acquisition; a second
 // `run` on the store therefore waits as a whole, as a standby, and touches no row until it owns it.
-import { StoreLease, type StoreLeaseOptions } from '../../store/store-lease.js';
+import { StoreLease, type StoreLeaseOptions } from '../../lease/store-lease.js';
 import type { Db } from '../../store/store.js';
 import type { DeliveryFence } from '../../sinks/sink.js';
 

@@ -1,6 +1,6 @@
 // The local driver's SourceLeases: a source is held by whoever owns the store (one `run` per
 // store), so every lease here is a view of the store lease.
-import { StoreLease } from '../../store/store-lease.js';
+import { StoreLease } from '../../lease/store-lease.js';
 import type { CursorStore } from '../../store/cursors.js';
 import type { Db } from '../../store/store.js';
 import type { HeldSource, SourceLeases } from '../driver.js';
