@@ -293,12 +293,14 @@ export class LocalDelivery implements DeliveryRunner {
             if (rows.length < want) lane.spilled = false;
           }
           while (lane.calls < this.queue.concurrency && gateWait() === 0) {
-            const rows = strict
-              ? lane.inflight.size === 0
-                ? this.takePrefix(lane, perCall)
-                : []
-              : this.takeHeads(lane, perCall);
+            const rows = eligible(lane.queue, strict, inflightSubjects(lane), Date.now(), perCall);
             if (rows.length === 0) break;
+            // Taken in queue order: when the last is at the rows' count, they are the queue's head.
+            if (lane.queue[rows.length - 1] === rows.at(-1)) lane.queue.splice(0, rows.length);
+            else {
+              const taken = new Set(rows);
+              lane.queue = lane.queue.filter((r) => !taken.has(r));
+            }
             this.dispatch(lane, rows);
           }
         } else {
@@ -306,13 +308,20 @@ export class LocalDelivery implements DeliveryRunner {
             if (lane.buffer.length === 0 || lane.failedSinceFetch) {
               lane.failedSinceFetch = false;
               const now = Date.now();
+              const busy = inflightSubjects(lane);
+              // Only the heads' subjects are read first: the store keeps no index on subjects,
+              // which every insert and delete on the hot path would pay for.
               lane.buffer = strict
-                ? lane.inflight.size === 0
-                  ? strictPrefix(queueHead.all(sink, perCall) as Row[], now)
-                  : []
+                ? eligible(queueHead.all(sink, perCall) as Row[], true, busy, now, perCall)
                 : (byIds.all(
                     JSON.stringify(
-                      this.storeHeads(lane, oldest.iterate(sink, STORE_SCAN) as Iterable<Head>, now),
+                      eligible(
+                        oldest.iterate(sink, STORE_SCAN) as Iterable<Head>,
+                        false,
+                        busy,
+                        now,
+                        BATCH * this.queue.concurrency,
+                      ).map((r) => r.id),
                     ),
                   ) as Row[]);
             }
@@ -329,25 +338,6 @@ export class LocalDelivery implements DeliveryRunner {
       // Woken early by new rows (producer) or by a delivery finishing.
       await this.idle(this.stopping ? 50 : wait);
     }
-  }
-
-  /**
-   * Store mode: the ids of the oldest row of each subject that is due and whose subject is not in
-   * flight, among the sink's STORE_SCAN oldest rows (id order), up to `concurrency` calls' worth.
-   * Reading only those rows' subjects needs no index on subjects, which every insert and delete on
-   * the hot path would pay for.
-   */
-  private storeHeads(lane: Lane, oldest: Iterable<Head>, now: number): number[] {
-    const limit = BATCH * this.queue.concurrency;
-    const blocked = inflightSubjects(lane);
-    const ids: number[] = [];
-    for (const r of oldest) {
-      if (ids.length >= limit) break;
-      if (blocked.has(r.subject_key)) continue;
-      blocked.add(r.subject_key);
-      if (r.available_at <= now) ids.push(r.id);
-    }
-    return ids;
   }
 
   /** No row is waiting for a retry: deliver from memory again, reading the stored rows in id order. */
@@ -370,15 +360,6 @@ export class LocalDelivery implements DeliveryRunner {
     lane.failedSinceFetch = true;
   }
 
-  /** Strict order: the head of the memory queue, up to the first repeated subject. */
-  private takePrefix(lane: Lane, max: number): Row[] {
-    const subjects = new Set<string>();
-    let n = 0;
-    while (n < lane.queue.length && n < max && !subjects.has(lane.queue[n]!.subject_key))
-      subjects.add(lane.queue[n++]!.subject_key);
-    return lane.queue.splice(0, n);
-  }
-
   private tryUnlog(lane: Lane): void {
     try {
       this.unlogPages(lane);
@@ -388,20 +369,6 @@ export class LocalDelivery implements DeliveryRunner {
         'cannot move logged pages to the queue',
       );
     }
-  }
-
-  /** The oldest queued row of each subject not in flight, up to `max`, in id order. */
-  private takeHeads(lane: Lane, max: number): Row[] {
-    const blocked = inflightSubjects(lane);
-    const taken: Row[] = [];
-    const rest: Row[] = [];
-    for (const r of lane.queue) {
-      if (taken.length < max && !blocked.has(r.subject_key)) taken.push(r);
-      else rest.push(r);
-      blocked.add(r.subject_key);
-    }
-    if (taken.length) lane.queue = rest;
-    return taken;
   }
 
   private dispatch(lane: Lane, rows: Row[]): void {
@@ -584,14 +551,27 @@ function unlogLeftovers(db: Db): void {
   }).immediate();
 }
 
-/** Strict order: the queue's head rows that are due, stopping at the first that is not or at a repeated subject. */
-function strictPrefix(rows: Row[], now: number): Row[] {
-  const subjects = new Set<string>();
-  const out: Row[] = [];
+/**
+ * The one per-subject rule, for the memory queue and the store alike: from `rows` (id order), the
+ * oldest row of each subject whose subject is not `busy` (in flight), when it is due, up to `max`.
+ * `strict` (concurrency 1, strict queue order): nothing while anything is in flight, and only the
+ * queue's head, up to the first row that is not due or repeats a subject.
+ */
+export function eligible<R extends Head>(
+  rows: Iterable<R>,
+  strict: boolean,
+  busy: ReadonlySet<string>,
+  now: number,
+  max: number,
+): R[] {
+  const out: R[] = [];
+  if (strict && busy.size > 0) return out;
+  const blocked = new Set(busy);
   for (const r of rows) {
-    if (r.available_at > now || subjects.has(r.subject_key)) break;
-    subjects.add(r.subject_key);
-    out.push(r);
+    if (out.length >= max) break;
+    if (!blocked.has(r.subject_key) && r.available_at <= now) out.push(r);
+    else if (strict) break;
+    blocked.add(r.subject_key);
   }
   return out;
 }
