@@ -28,10 +28,18 @@ export class RecentIds {
   /** id → fingerprint of its contents. */
   private readonly ids = new Map<number, number>();
   private readonly detail = new Map<number, Listing>();
+  /**
+   * The ids in the order added, as a ring: the oldest is forgotten by its key. (Taking a Map's
+   * first key instead walks over every entry deleted since its table was last rebuilt: up to a
+   * capacity's worth per add, a few percent of the whole poller's CPU.)
+   */
+  private readonly order: Float64Array;
   private readonly reported = new Set<string>();
   /** Ids ever added; `added - size` of them have been forgotten. */
   private added = 0;
-  constructor(readonly capacity = 50_000) {}
+  constructor(readonly capacity = 50_000) {
+    this.order = new Float64Array(capacity);
+  }
 
   has(id: number): boolean {
     return this.ids.has(id);
@@ -39,11 +47,15 @@ export class RecentIds {
 
   add(event: FeedEvent): void {
     if (this.ids.has(event.id)) return;
+    const slot = this.added % this.capacity;
+    if (this.added >= this.capacity) this.ids.delete(this.order[slot]!);
+    // The id added `detailed` adds ago leaves the details (read before its slot is reused).
+    const detailed = Math.min(DETAILED, this.capacity);
+    if (this.added >= detailed) this.detail.delete(this.order[(this.added - detailed) % this.capacity]!);
+    this.order[slot] = event.id;
     this.ids.set(event.id, fingerprint(event));
-    this.added++;
-    if (this.ids.size > this.capacity) this.ids.delete(this.ids.keys().next().value!);
     this.detail.set(event.id, listing(event));
-    if (this.detail.size > DETAILED) this.detail.delete(this.detail.keys().next().value!);
+    this.added++;
   }
 
   /**

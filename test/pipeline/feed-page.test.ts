@@ -184,4 +184,25 @@ describe('RecentIds: a re-listing with other contents', () => {
     expect(recent.changed(ev({ id: 2, event_type: 'job_deleted' }))).toHaveLength(1);
     expect(recent.has(1)).toBe(true);
   });
+
+  it('forgets the oldest ids first, past its capacity, and keeps detail for the newest only', () => {
+    const recent = new RecentIds(1_500);
+    for (let id = 1; id <= 4_000; id++) recent.add(ev({ id }));
+    expect(recent.total).toBe(4_000);
+    expect(recent.forgotten).toBe(2_500);
+    expect(recent.has(2_500)).toBe(false);
+    expect(recent.has(2_501)).toBe(true);
+    expect(recent.has(4_000)).toBe(true);
+    expect(recent.changed(ev({ id: 2_600, event_type: 'job_deleted' }))).toEqual([
+      'contents (the first listing is no longer kept in detail)',
+    ]);
+    expect(recent.changed(ev({ id: 3_001, event_type: 'job_deleted' }))).toEqual([
+      'event_type: "job_updated" → "job_deleted"',
+    ]);
+    // Below the detail's size the capacity bounds both.
+    const small = new RecentIds(3);
+    for (let id = 1; id <= 10; id++) small.add(ev({ id }));
+    expect([7, 8, 9, 10].map((id) => small.has(id))).toEqual([false, true, true, true]);
+    expect(small.changed(ev({ id: 8, event_type: 'job_deleted' }))).toHaveLength(1);
+  });
 });
