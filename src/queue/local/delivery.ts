@@ -266,6 +266,7 @@ export class LocalDelivery implements DeliveryRunner {
     // A failing sink takes one probe at a time (sinks/probe-gate.ts): rather than hand it rows it
     // would turn away, each costing a store write and a fresh look at the queue, the lane waits.
     const gateWait = (): number => lane.runtime.readyInMs?.() ?? 0;
+    let externalCheckedAt = -Infinity;
 
     while (!this.stopping || lane.inflight.size > 0) {
       let wait = IDLE_RECHECK_MS;
@@ -282,8 +283,13 @@ export class LocalDelivery implements DeliveryRunner {
         if (lane.mode === 'store' && !anyRetrying.get(sink)) this.toMemory(lane);
         if (lane.mode === 'memory') {
           // Rows added from outside the producer (`dlq retry`) have ids above everything loaded.
-          if (!lane.spilled && ((newest.get(sink) as { id: number | null }).id ?? 0) > lane.loadedUpTo)
-            lane.spilled = true;
+          // Looked for once per idle re-check, not on every wake-up: a retried dead letter waits
+          // at most that long, and the query is not paid per sink call.
+          const now = performance.now();
+          if (!lane.spilled && now - externalCheckedAt >= IDLE_RECHECK_MS) {
+            externalCheckedAt = now;
+            if (((newest.get(sink) as { id: number | null }).id ?? 0) > lane.loadedUpTo) lane.spilled = true;
+          }
           if (lane.spilled && lane.queue.length < this.window / 2) {
             const want = this.window - lane.queue.length;
             const rows = above.all(sink, lane.loadedUpTo, want) as Row[];
