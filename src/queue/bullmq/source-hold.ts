@@ -1,6 +1,6 @@
-// `cursor set/reset` and `replay` in scaled mode: the command takes the source's lease like a
-// poller would (the same lease module, a fresh token, renewed until released), so no poller starts
-// on the source while the command runs, and its cursor write is checked against that lease inside
+// `cursor set/reset` in scaled mode: the command takes the source's lease like a poller would
+// (the same lease module, a fresh token, renewed until released), so no poller starts on the
+// source while the command runs, and its cursor write is checked against that lease inside
 // Redis: a command that lost the lease (paused past it, Redis unreachable for a TTL) writes
 // nothing.
 import type { Redis } from 'ioredis';
