@@ -32,18 +32,26 @@ return {token, value}`,
 );
 /**
  * Lua: `held(leaseKey, tokenKey, value, ttl)`, true while the lease is the holder's `value`. A
- * lease Redis forgot (its last writes lost in a host crash before the AOF fsync, or a failover to
- * a replica that lagged) is restored for its holder, with the TTL, unless a token above the
- * holder's was handed out since: nobody took it, so the holder's work goes on instead of being
- * handed back and done again. A lease taken by another process is never restored.
+ * Redis that lost its last writes (a host crash before the AOF fsync, a failover to a replica that
+ * lagged) can forget the holder's lease, or show again a lease from before it, with a lower token:
+ * tokens only grow, and the holder took the lease only once that one had gone. Either way the
+ * holder's lease is restored, with the TTL, unless a token above the holder's was handed out since:
+ * nobody newer took it, so the holder's work goes on instead of being handed back and done again,
+ * and the source does not wait a TTL for the stale key to expire. A lease with a higher token (taken
+ * by another process) is never overwritten.
  */
 export const HELD = `
 local function held(leaseKey, tokenKey, value, ttl)
   local now = redis.call('GET', leaseKey)
-  if now then return now == value end
+  if now == value then return true end
   local token = tonumber(string.match(value, '^(%d+) '))
+  if not token then return false end
+  if now then
+    local shown = tonumber(string.match(now, '^(%d+) '))
+    if not shown or shown >= token then return false end
+  end
   local last = tonumber(redis.call('GET', tokenKey) or '0') or 0
-  if not token or last > token then return false end
+  if last > token then return false end
   if last < token then redis.call('SET', tokenKey, string.format('%d', token)) end
   redis.call('SET', leaseKey, value, 'PX', ttl)
   return true

@@ -117,7 +117,7 @@ describe('shard leases', () => {
     );
   });
 
-  it('a lease Redis forgot is restored for its holder, unless a newer token was handed out since', async () => {
+  it('a lease Redis forgot, or shows from before it, is restored for its holder, unless a newer token was handed out since', async () => {
     const leases = member('a', 1_000);
     const held = (await leases.acquire(shardLeaseSpec(TAG, 'file', 1), never))!;
     const lease = shardLease(redis.client, 'shard-lease-test', TAG, 'file', 1, held, 1_000);
@@ -139,6 +139,20 @@ describe('shard leases', () => {
     expect(await redis.client.get(key)).toBe(held.fence.value);
     expect(held.lost.aborted).toBe(false);
     expect(lease.valid()).toBe(true);
+    // Redis shows again a lease from before this one (a lower token): this one is restored over it.
+    await redis.client.set(key, `${held.fence.token - 7} old-holder`, 'PX', 10_000);
+    expect(await lease.saveProgress(jobKey, 'lock-2', { done: 1, attempts: 0 })).toBe(true);
+    expect(await redis.client.get(key)).toBe(held.fence.value);
+    await redis.client.set(key, `${held.fence.token - 7} old-holder`, 'PX', 10_000);
+    await new Promise((r) => setTimeout(r, 600));
+    expect(await redis.client.get(key), 'the renewal restores it too').toBe(held.fence.value);
+    expect(held.lost.aborted).toBe(false);
+    // An older lease shown again, but a newer token was handed out since: neither is ours to write.
+    await redis.client.set(key, `${held.fence.token - 7} old-holder`, 'PX', 10_000);
+    await redis.client.set(tokenKey, String(held.fence.token + 1));
+    expect(await lease.saveProgress(jobKey, 'lock-2', { done: 2, attempts: 0 })).toBe(false);
+    expect(await redis.client.get(key)).toBe(`${held.fence.token - 7} old-holder`);
+    await redis.client.set(tokenKey, String(held.fence.token));
     // Forgotten, but another process was given a newer token meanwhile (and let it go): not ours.
     await redis.client.del(key);
     await redis.client.set(tokenKey, String(held.fence.token + 1));
