@@ -1,4 +1,4 @@
-import { Worker } from 'bullmq';
+import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { QueueConfig } from '../../src/config/types.js';
@@ -7,6 +7,7 @@ import { createBullmqAdmin, type BullmqAdmin } from '../../src/queue/bullmq/admi
 import { createBullmqDelivery } from '../../src/queue/bullmq/delivery.js';
 import { bullPrefix, shardQueueName } from '../../src/queue/bullmq/names.js';
 import { createBullmqProducer, type BullmqProducer } from '../../src/queue/bullmq/producer.js';
+import { UNCOUNTED_SLICE } from '../../src/queue/bullmq/slice.js';
 import { holdSource } from '../../src/queue/bullmq/source-hold.js';
 import type { DeliveryRunner } from '../../src/queue/queue.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
@@ -117,6 +118,33 @@ describe('bullmq slices', () => {
       expect(ids).toEqual([...ids].sort((a, b) => a - b));
     }
     expect(h.finished.filter((e) => e.outcome === 'ok')).toHaveLength(60);
+  });
+
+  it('delivers a slice left without its commit count (the front of a transaction Redis replayed), counting nothing out for it', async () => {
+    const config = queueConfig(redis.url, { shards: 1 });
+    const file = new BatchRecordingSink();
+    const h = harness(config, { file });
+    const counted = range(1, 4).map((id) => makeChange(id));
+    await h.producer.commitPage({ source: 'scheduling', changes: counted, cursor: 4, seenAbove: [] });
+    // What a Redis 7.0 that replays the front of a cut transaction leaves: a slice as a commit adds
+    // it, without the commit's counting script (valkey-io/valkey#4342).
+    const client = new Redis(redis.url);
+    cleanups.push(async () => client.disconnect());
+    const shard = new Queue(shardQueueName('file', 0), {
+      connection: client,
+      prefix: bullPrefix(config.prefix),
+    });
+    cleanups.push(() => shard.close());
+    const orphan = range(5, 6).map((id) => makeChange(id));
+    await shard.add(UNCOUNTED_SLICE, { changes: orphan }, { jobId: 'orphan' });
+    const backlog = `${bullPrefix(config.prefix)}:backlog`;
+    expect(await client.hget(backlog, 'file')).toBe('4');
+    await h.runner.start();
+    await waitFor('6 deliveries', () => file.delivered.length >= 6);
+    await waitFor('the backlog back at 0', async () => (await client.hget(backlog, 'file')) === '0');
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await client.hget(backlog, 'file'), 'the orphan is not counted out').toBe('0');
+    expect(file.keys().sort()).toEqual([...counted, ...orphan].map((c) => c.key).sort());
   });
 
   it('after a failed batch delivers one by one, so only the failing change is retried', async () => {

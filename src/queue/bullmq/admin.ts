@@ -19,7 +19,7 @@ import {
   shardQueueName,
 } from './names.js';
 import { closeRedis, createRedisConnection, redactRedisUrl, redisEndpoint } from './redis.js';
-import { retrySliceJobId, sliceJobOptions, type ChangeSlice } from './slice.js';
+import { COUNTED_SLICE, retrySliceJobId, sliceJobOptions, type ChangeSlice } from './slice.js';
 import { luaScript, queueScript } from './scripts.js';
 
 export interface BullmqAdminOptions {
@@ -226,7 +226,7 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
       const jobId = retrySliceJobId(change);
       await new Job<ChangeSlice>(
         shard,
-        'slice',
+        COUNTED_SLICE,
         { changes: [change] },
         { ...sliceJobOptions(opts.queue), jobId },
         jobId,

@@ -10,7 +10,7 @@ import type { Change } from '../../core/change.js';
 import { progressOf } from './attempts.js';
 import { backlogKey, deadQueueName, jobIdForKey } from './names.js';
 import { luaScript, runScript } from './scripts.js';
-import { changesOf } from './slice.js';
+import { changesOf, UNCOUNTED_SLICE } from './slice.js';
 
 export interface DeadChange {
   change: Change;
@@ -32,7 +32,8 @@ export function openDeadQueue(
   return queue;
 }
 
-// KEYS: a failed slice's job hash, its shard's backlog hash. ARGV: the sink, the slice's length.
+// KEYS: a failed slice's job hash, its shard's backlog hash. ARGV: the sink, the slice's length,
+// UNCOUNTED_SLICE (such a slice was never counted in: slice.ts).
 // What leaves the backlog is what the job's stored progress has not counted out yet (shard-lease.ts
 // counts out as it records), and the job keeps a mark, so its changes leave the backlog once.
 const COUNT_OUT = luaScript(
@@ -40,6 +41,7 @@ const COUNT_OUT = luaScript(
   `
 if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], 'feedsyncBuried') == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'feedsyncBuried', '1')
+if redis.call('HGET', KEYS[1], 'name') == ARGV[3] then return 1 end
 local done = 0
 local ok, progress = pcall(cjson.decode, redis.call('HGET', KEYS[1], 'progress') or '0')
 if ok and type(progress) == 'table' and tonumber(progress.done) then done = tonumber(progress.done) end
@@ -99,7 +101,7 @@ export async function buryFailedSlice(
     client,
     COUNT_OUT,
     [shard.toKey(job.id!), backlogKey(shard.opts.prefix ?? '')],
-    [sink, String(changesOf(job.data, job.id).length)],
+    [sink, String(changesOf(job.data, job.id).length), UNCOUNTED_SLICE],
   );
   await job.remove();
   return changes;

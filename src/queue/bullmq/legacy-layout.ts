@@ -18,7 +18,7 @@ import { FeedsyncError, errorMessage } from '../../core/errors.js';
 import type { LeaseFence } from './lease.js';
 import { backlogKey, legacyOutboxKey, shardOf, type KeySpace } from './names.js';
 import { unwatchKey } from './redis.js';
-import { commitToken, sliceJobId, type ChangeSlice } from './slice.js';
+import { commitToken, COUNTED_SLICE, sliceJobId, type ChangeSlice } from './slice.js';
 
 interface LegacyEntry {
   id: string;
@@ -85,7 +85,7 @@ export function createLegacyOutboxMigration(opts: {
         adds.push(
           new Job<ChangeSlice>(
             queues[shard]!,
-            'slice',
+            COUNTED_SLICE,
             { changes: list },
             { ...opts.jobOptions, jobId },
             jobId,

@@ -41,7 +41,14 @@ import {
 import { nodeForKey, unwatchKey } from './redis.js';
 import { awaitReplicas } from './replication.js';
 import { luaScript, queueScript, reconnectIfFlushed } from './scripts.js';
-import { commitToken, SliceJob, sliceJobId, type ChangeSlice } from './slice.js';
+import {
+  commitToken,
+  COUNTED_SLICE,
+  SliceJob,
+  sliceJobId,
+  UNCOUNTED_SLICE,
+  type ChangeSlice,
+} from './slice.js';
 import { cursorFields, parseSeen } from './source-state.js';
 
 // KEYS: state hash, stats hash, lease key, backlog hash, lagging-sinks hash, known-sinks hash,
@@ -66,6 +73,7 @@ for i = jobs, #KEYS do
     return redis.error_reply('job ' .. KEYS[i] .. ' of the page is missing; cursor not moved')
   end
 end
+for i = jobs, #KEYS do redis.call('HSET', KEYS[i], 'name', ARGV[8]) end
 for sink, entry in pairs(lag.park) do
   if redis.call('HEXISTS', KEYS[5], sink) == 0 then
     redis.call('HINCRBY', KEYS[6], sink, 1)
@@ -108,6 +116,7 @@ for i = 7, #KEYS do
     return redis.error_reply('job ' .. KEYS[i] .. ' of the page is missing; position not moved')
   end
 end
+for i = 7, #KEYS do redis.call('HSET', KEYS[i], 'name', ARGV[10]) end
 local ids = cjson.decode(ARGV[6])
 for j = 1, #ids, 1000 do redis.call('SREM', KEYS[4], unpack(ids, j, math.min(j + 999, #ids))) end
 if tonumber(ARGV[7]) > 0 then redis.call('HINCRBY', KEYS[5], ARGV[2], ARGV[7]) end
@@ -362,7 +371,7 @@ export function createPageCommitter(opts: {
       for (const [i, slice] of plan.slices.entries()) {
         const job = new SliceJob(
           slice.queue,
-          'slice',
+          UNCOUNTED_SLICE,
           { changes: slice.changes },
           { ...opts.jobOptions, jobId: jobIds[i]! },
           jobIds[i],
@@ -396,6 +405,7 @@ export function createPageCommitter(opts: {
             String(counted[sink] ?? 0),
             String(Date.now()),
             String(LOST_IDS_KEPT),
+            COUNTED_SLICE,
           ],
         );
       } else {
@@ -436,6 +446,7 @@ export function createPageCommitter(opts: {
             JSON.stringify(counted),
             JSON.stringify(lagArg),
             String(plan.slices.length),
+            COUNTED_SLICE,
           ],
         );
       }

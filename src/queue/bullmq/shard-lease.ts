@@ -23,6 +23,7 @@ import type { SliceProgress } from './attempts.js';
 import { HELD } from '../../lease/redis-scripts.js';
 import type { HeldRedisLease, LeaseSpec } from '../../lease/redis-leases.js';
 import { backlogKey, bullPrefix, shardLeaseKey, shardLeaseTokenKey } from './names.js';
+import { UNCOUNTED_SLICE } from './slice.js';
 import { luaScript, runScript } from './scripts.js';
 
 // KEYS: shard lease, job hash, job lock, backlog hash, the lease's token counter. ARGV: the lease
@@ -42,7 +43,9 @@ if ok and type(old) == 'table' and tonumber(old.done) then before = tonumber(old
 local done = tonumber(cjson.decode(ARGV[2]).done) or 0
 if done < before then return 1 end
 redis.call('HSET', KEYS[2], 'progress', ARGV[2])
-if done > before then redis.call('HINCRBY', KEYS[4], ARGV[4], before - done) end
+if done > before and redis.call('HGET', KEYS[2], 'name') ~= ARGV[6] then
+  redis.call('HINCRBY', KEYS[4], ARGV[4], before - done)
+end
 return 1`,
 );
 
@@ -90,7 +93,7 @@ export function shardLease(
         connection,
         SAVE_PROGRESS,
         [leaseKey, jobKey, `${jobKey}:lock`, backlog, tokenKey],
-        [value, JSON.stringify(progress), lockToken, sink, String(ttlMs)],
+        [value, JSON.stringify(progress), lockToken, sink, String(ttlMs), UNCOUNTED_SLICE],
       );
       return Number(written) === 1;
     },

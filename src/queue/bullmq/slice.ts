@@ -13,6 +13,18 @@ export interface ChangeSlice {
 }
 
 /**
+ * A page commit adds its slices under UNCOUNTED_SLICE, and the commit's own counting script (the
+ * one that moves the cursor and counts the slices into the backlog) renames them COUNTED_SLICE in
+ * the same transaction. A slice's delivered changes leave the backlog only if it is named
+ * COUNTED_SLICE, so a slice that exists without its commit's count (Redis 7.0 can replay the
+ * front of a transaction its AOF lost the end of, after a second restart: valkey-io/valkey#4342)
+ * is delivered, at least once as always, but never counted out. Slices of earlier releases carry
+ * COUNTED_SLICE already.
+ */
+export const COUNTED_SLICE = 'slice';
+export const UNCOUNTED_SLICE = 'slice-uncounted';
+
+/**
  * A slice job whose data is written from its changes' JSON texts (change-json.ts): a change is
  * serialised once however many sinks and shards it goes to, and the bytes are those JSON.stringify
  * would give the slice.
