@@ -102,8 +102,10 @@ describe('bullmq source leases', () => {
     await new Promise((r) => setTimeout(r, 2_200)); // two TTLs: only renewal keeps it
     expect(await crashed.holder('workflow')).toBe('crashed');
     expect(held.lost.aborted).toBe(false);
-    // Stop its renewals the way a kill -9 would (no release): make its lease key look foreign.
-    await inspector.set(`{${prefix}}:lease:workflow`, '1 crashed-for-good', 'PX', 1_000);
+    // Stop its renewals the way a kill -9 would (no release): make its lease key another holder's,
+    // with a newer token (an older one would be Redis showing a lease from before it again, which
+    // the holder restores over).
+    await inspector.set(`{${prefix}}:lease:workflow`, `${crashedToken + 1} crashed-for-good`, 'PX', 1_000);
     const next = leasesFor(prefix, 'next', { ttlMs: 1_000 });
     const t0 = Date.now();
     const lock = (await next.acquire('workflow', never, () => undefined))!;
