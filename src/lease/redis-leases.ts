@@ -83,8 +83,8 @@ export class RedisLeases {
   /** Live members at the last heartbeat (this one included). */
   private live = 1;
   private readonly ttl: number;
+  /** Heartbeat, renewal and retry interval (rule.ts). */
   private readonly beatMs: number;
-  private readonly retryMs: number;
   private timer: NodeJS.Timeout | undefined;
   private watchdog: NodeJS.Timeout | undefined;
   private tick: Promise<void> | undefined;
@@ -95,8 +95,7 @@ export class RedisLeases {
     this.ttl = Math.max(1_000, opts.ttlMs);
     // A member's heartbeat also finds who joined: a process that joins gets its share within about
     // a second.
-    this.retryMs = heartbeatMs(this.ttl);
-    this.beatMs = this.retryMs;
+    this.beatMs = heartbeatMs(this.ttl);
   }
 
   /** How many of `group`'s leases this member may hold. */
@@ -169,7 +168,7 @@ export class RedisLeases {
           `cannot lease ${what} ${spec.name} in redis; retrying`,
         );
       }
-      if (!(await sleep(this.retryMs, signal))) return undefined;
+      if (!(await sleep(this.beatMs, signal))) return undefined;
     }
   }
 
@@ -215,7 +214,7 @@ export class RedisLeases {
     // Shared by every acquire of this member (at most a heartbeat, or until Redis answers or close()).
     this.joined ??= (async () => {
       if (!this.opts.membersKey) return;
-      while (!this.closed && !(await this.heartbeat())) await sleep(this.retryMs);
+      while (!this.closed && !(await this.heartbeat())) await sleep(this.beatMs);
       await sleep(this.beatMs);
     })();
     await this.joined;

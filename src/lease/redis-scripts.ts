@@ -1,6 +1,7 @@
-// The lease of a source in Redis: a key `<token> <owner>` with an expiry, taken with a fresh token
-// that only grows (NEXT_TOKEN). Pollers (lease.ts) and `cursor set/reset` (source-hold.ts) take
-// the same lease, so they exclude each other.
+// The scripts of every Redis lease (redis-leases.ts): a key `<token> <owner>` with an expiry, taken
+// with a fresh token that only grows (NEXT_TOKEN), renewed or restored while held (HELD), released
+// by its holder only. A source's poller and `cursor set/reset` take the same source lease, so they
+// exclude each other.
 
 import { luaScript } from '../queue/bullmq/scripts.js';
 

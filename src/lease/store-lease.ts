@@ -71,6 +71,7 @@ export class StoreLease {
   readonly lost: AbortSignal;
   private readonly holding: Holding;
   private timer: NodeJS.Timeout | undefined;
+  private readonly renewal;
 
   private constructor(
     private readonly db: Db,
@@ -81,6 +82,10 @@ export class StoreLease {
   ) {
     this.holding = new Holding(ttlMs, sentAt);
     this.lost = this.holding.lost;
+    // Run at every heartbeat: prepared once.
+    this.renewal = db.prepare(
+      'UPDATE store_lease SET heartbeat_at = ? WHERE id = 1 AND owner = ? AND token = ?',
+    );
     installFence(db, token);
     this.timer = setInterval(() => this.renew(), heartbeatMs(ttlMs));
     this.timer.unref();
@@ -164,9 +169,7 @@ export class StoreLease {
     if (this.holding.released || this.lost.aborted || !this.db.open) return;
     const started = performance.now();
     try {
-      const changes = this.db
-        .prepare('UPDATE store_lease SET heartbeat_at = ? WHERE id = 1 AND owner = ? AND token = ?')
-        .run(Date.now(), this.owner, this.token).changes;
+      const changes = this.renewal.run(Date.now(), this.owner, this.token).changes;
       if (changes === 1) {
         this.holding.renewed(started);
         return;

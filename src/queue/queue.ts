@@ -76,7 +76,11 @@ export interface CatchUpCommit extends FeedPosition {
   eventAt: number;
   /** The position reached covers the shared stream's: the sink rejoins it in this same commit. */
   join: boolean;
-  /** The sink's position the page was read after: the commit is refused unless it is still there. */
+  /**
+   * The sink's position the page was read after: the commit is refused unless it is still there
+   * (checked by the bullmq driver; the local store commits in the poller's own process, under one
+   * writer, so nothing can move it in between).
+   */
   from: FeedPosition;
   /**
    * The source's shared position the page's events were told apart by (queued here if the shared

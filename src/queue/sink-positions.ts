@@ -62,6 +62,13 @@ export function isBehind(position: FeedPosition, id: number): boolean {
   return id <= position.cursor || position.seenAbove.includes(id);
 }
 
+/** Whether `a` and `b` are the same position (cursor and the ids seen above it, in order). */
+export function samePosition(a: FeedPosition | undefined, b: FeedPosition): boolean {
+  return (
+    a !== undefined && a.cursor === b.cursor && JSON.stringify(a.seenAbove) === JSON.stringify(b.seenAbove)
+  );
+}
+
 /** Whether everything behind `b` is behind `a` too. */
 export function covers(a: FeedPosition, b: FeedPosition): boolean {
   return a.cursor >= b.cursor && b.seenAbove.every((id) => isBehind(a, id));

@@ -26,7 +26,13 @@ import type { ChainableCommander, Redis } from 'ioredis';
 import { FeedsyncError, errorMessage } from '../../core/errors.js';
 import type { LeaseFence } from './lease.js';
 import { PositionLost, type FeedPosition } from '../queue.js';
-import { CatchUpRefused, LOST_IDS_KEPT, MAX_PENDING_IDS, type LagReason } from '../sink-positions.js';
+import {
+  CatchUpRefused,
+  LOST_IDS_KEPT,
+  MAX_PENDING_IDS,
+  samePosition,
+  type LagReason,
+} from '../sink-positions.js';
 import {
   backlogKey,
   commitStatsKey,
@@ -282,6 +288,8 @@ export function createPageCommitter(opts: {
       if (watched.length) await unwatchKey(connection, knownKey).catch(() => undefined);
       throw err;
     });
+    const storedCursor: FeedPosition | undefined =
+      cursor === null ? undefined : { cursor: Number(cursor), seenAbove: parseSeen(seen) };
     if (fence && fenceValues) {
       const [token, lease] = fenceValues;
       if (token !== String(fence.token) || lease !== fence.value) {
@@ -306,10 +314,7 @@ export function createPageCommitter(opts: {
         // Only from the position the page was read after: a late try that landed has moved it (or
         // taken the sink back to the shared stream), and the catch-up reads on from where it is.
         const stored = position ? (JSON.parse(position) as FeedPosition) : undefined;
-        if (
-          stored?.cursor !== catchUp.from.cursor ||
-          JSON.stringify(stored.seenAbove) !== JSON.stringify(catchUp.from.seenAbove)
-        )
+        if (!samePosition(stored, catchUp.from))
           throw new CatchUpRefused(
             plan.source,
             catchUp.sink,
@@ -320,11 +325,7 @@ export function createPageCommitter(opts: {
         // Its events were queued only where the shared stream had passed them: a poller whose view
         // of the shared cursor lags Redis (a shared commit that landed after it gave up on it)
         // would leave the events in between to neither.
-        if (
-          cursor !== null &&
-          (Number(cursor) !== catchUp.shared.cursor ||
-            JSON.stringify(parseSeen(seen)) !== JSON.stringify(catchUp.shared.seenAbove))
-        )
+        if (storedCursor && !samePosition(storedCursor, catchUp.shared))
           throw new CatchUpRefused(
             plan.source,
             catchUp.sink,
@@ -350,15 +351,9 @@ export function createPageCommitter(opts: {
         // The cursor this page follows must be the stored one: a Redis that lost its last commits
         // (or a cursor moved meanwhile) sends the poller back to what Redis holds, so the pages
         // it forgot are read again instead of skipped.
-        if (plan.from && cursor !== null) {
-          const stored = { cursor: Number(cursor), seenAbove: parseSeen(seen) };
-          if (
-            stored.cursor !== plan.from.cursor ||
-            JSON.stringify(stored.seenAbove) !== JSON.stringify(plan.from.seenAbove)
-          ) {
-            if (watched.length) await unwatchKey(connection, knownKey);
-            throw new PositionLost(plan.source, plan.from, stored);
-          }
+        if (plan.from && storedCursor && !samePosition(storedCursor, plan.from)) {
+          if (watched.length) await unwatchKey(connection, knownKey);
+          throw new PositionLost(plan.source, plan.from, storedCursor);
         }
       }
       // BullMQ's transaction is an ioredis MULTI with its scripts added; typed as the latter here.
