@@ -251,7 +251,7 @@ describe(`postgres mirror under a real feedsync run (RELIABILITY_SEED=${SEED})`,
         while ((await loggedCount(files.schema)) < target && Date.now() < deadline) await sleep(20);
         const before = await loggedCount(files.schema);
         // Every connection (the sink's and ours) is closed.
-        server.restart();
+        await server.restart();
         await admin.end().catch(() => undefined);
         admin = adminPool();
         log.push(`restart ${i + 1} at ${before} changes in postgres`);

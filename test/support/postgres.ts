@@ -1,7 +1,8 @@
 // A real PostgreSQL for integration tests: a private cluster (initdb into a temp dir, pg_ctl start on
 // a random loopback port, its socket in the same dir), Debian's `postgresql` server binaries. initdb
 // and the server refuse to run as root: as root, the cluster is owned by and run as `postgres`.
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFile, execFileSync, spawnSync } from 'node:child_process';
+import { promisify } from 'node:util';
 import {
   chmodSync,
   existsSync,
@@ -25,7 +26,7 @@ export interface PostgresServer {
   /** Runs SQL as the superuser through psql (a separate client from the one under test). */
   psql(sql: string, database?: string): string;
   /** pg_ctl restart -m fast: every connection is closed, data kept. */
-  restart(): void;
+  restart(): Promise<void>;
   /** pg_ctl stop -m fast; the data directory is removed. Idempotent. */
   stop(): void;
   /** With `tls`: the CA that signed the server's certificate (PEM file). */
@@ -103,6 +104,12 @@ export async function startPostgres(opts: StartPostgresOptions = {}): Promise<Po
       timeout: 60_000,
     });
   };
+  // A restart must not block this process: a connection it opened just before would sit
+  // unanswered, and the server's shutdown waits for it (see authentication_timeout below).
+  const runAsync = async (bin: string, args: string[]): Promise<void> => {
+    const [cmd, argv] = asRoot ? ['runuser', ['-u', 'postgres', '--', bin, ...args]] : [bin, args];
+    await promisify(execFile)(cmd, argv, { env: { ...process.env, LC_ALL: 'C' }, timeout: 60_000 });
+  };
   if (asRoot) execFileSync('chown', ['postgres:postgres', dir]);
   chmodSync(dir, 0o700);
   const pwfile = join(dir, 'pw');
@@ -136,6 +143,9 @@ export async function startPostgres(opts: StartPostgresOptions = {}): Promise<Po
       `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1`,
       // A throwaway cluster: no fsync (nothing here crashes the server itself).
       '-c fsync=off -c full_page_writes=off -c max_connections=200',
+      // A shutdown waits for every connection that has not sent its startup packet, up to this
+      // (default 60 s, past pg_ctl's wait): a client stalled mid-connect would fail the restart.
+      '-c authentication_timeout=5s',
       ...tlsArgs,
     ].join(' ');
   const log = join(dir, 'server.log');
@@ -192,9 +202,22 @@ export async function startPostgres(opts: StartPostgresOptions = {}): Promise<Po
         sql,
       ]).trim();
     },
-    restart(): void {
+    async restart(): Promise<void> {
       try {
-        run(pgCtl, ['restart', '-D', data, '-m', 'fast', '-w', '-t', '30', '-l', log, '-o', options()]);
+        await runAsync(pgCtl, [
+          'restart',
+          '-D',
+          data,
+          '-m',
+          'fast',
+          '-w',
+          '-t',
+          '30',
+          '-l',
+          log,
+          '-o',
+          options(),
+        ]);
       } catch (err) {
         const tail = existsSync(log) ? readFileSync(log, 'utf8').split('\n').slice(-30).join('\n') : '';
         throw new Error(`pg_ctl restart failed: ${(err as Error).message}\nserver log:\n${tail}`);
