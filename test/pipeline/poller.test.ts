@@ -329,7 +329,7 @@ describe('read-ahead while catching up', () => {
   const subjectsOf = (n: number) =>
     Object.fromEntries(Array.from({ length: n }, (_, i) => [url(String(i + 1)), job(String(i + 1))]));
 
-  it('reads the next page before committing this one, within subject_concurrency, committing in order', async () => {
+  it('reads the next page while this one expands, within subject_concurrency, and commits the pages ready together in order', async () => {
     const up = new SlowSubjects(backlog(160), subjectsOf(160));
     const p = start(up, { subject_concurrency: 3 });
     const commitAt: number[] = [];
@@ -342,13 +342,51 @@ describe('read-ahead while catching up', () => {
     await waitFor(() => p.queue.changes.length === 160, 10_000, 'the whole backlog');
     expect(up.maxInFlight).toBeLessThanOrEqual(3);
     expect(up.maxInFlight).toBe(3);
-    // The workflow cursor trails a full page by its disorder bound (45 of 50).
-    expect(commitAt.slice(0, 3)).toEqual([45, 90, 135]);
+    // The workflow cursor trails a full page by its disorder bound (45 of 50): the pages end at
+    // 45, 90, 135 and 160. Each commit ends on one of them, in order; ready pages went together.
+    expect(commitAt.every((c) => [45, 90, 135, 160].includes(c))).toBe(true);
+    expect(commitAt).toEqual([...commitAt].sort((a, b) => a - b));
+    expect(commitAt.at(-1)).toBe(160);
+    expect(commitAt.length).toBeLessThan(4);
     // Page 2 was read while page 1 was still being expanded.
     expect(up.log.indexOf('read 45')).toBeGreaterThan(-1);
-    expect(up.log.indexOf('read 45')).toBeLessThan(up.log.indexOf('commit 45'));
+    expect(up.log.indexOf('read 45')).toBeLessThan(up.log.indexOf(`commit ${commitAt[0]}`));
     expect(p.queue.changes.map((c) => c.event_id)).toEqual(backlog(160).map((e) => e.id));
     expect(p.queue.changes.every((c) => c.subject_state === 'present')).toBe(true);
+    // Every page read is a poll, with its own size.
+    expect(p.polls.filter((ok) => ok).length).toBeGreaterThanOrEqual(4);
+  });
+
+  it('commits at most 16 pages together, each commit from where the last one ended', async () => {
+    const up = new ScriptedUpstream(backlog(1000), subjectsOf(1000));
+    const p = start(up);
+    await waitFor(() => p.queue.changes.length === 1000, 20_000, 'the whole backlog');
+    const commits = p.queue.commits.filter((c) => c.changes.length);
+    expect(commits.length).toBeGreaterThanOrEqual(2);
+    expect(commits.length, 'ready pages go together').toBeLessThan(20);
+    // A page after the first brings 45 new events (its first 5 were queued above the cursor):
+    // 16 pages are at most 50 + 15 × 45 events.
+    expect(Math.max(...commits.map((c) => c.changes.length))).toBeLessThanOrEqual(50 + 15 * 45);
+    commits.slice(1).forEach((c, i) => expect(c.from.cursor).toBe(commits[i]!.cursor));
+    expect(p.queue.changes.map((c) => c.event_id)).toEqual(backlog(1000).map((e) => e.id));
+  });
+
+  it('commits the pages it has when the next one is slow, without waiting for it', async () => {
+    const up = new ScriptedUpstream(backlog(100), subjectsOf(100));
+    const slow = url('60');
+    let released!: () => void;
+    const gate = new Promise<void>((r) => (released = r));
+    const get = up.get.bind(up);
+    up.get = async (u, o) => {
+      if (u === slow) await gate;
+      return get(u, o);
+    };
+    const p = start(up);
+    await waitFor(() => p.queue.changes.length >= 45, 5_000, 'the first page, alone');
+    expect(p.queue.commits.filter((c) => c.changes.length).map((c) => c.cursor)).toEqual([45]);
+    released();
+    await waitFor(() => p.queue.changes.length === 100, 5_000, 'the rest');
+    expect(p.queue.changes.map((c) => c.event_id)).toEqual(backlog(100).map((e) => e.id));
   });
 
   it('drops the page read ahead when this page fails, and reads it again after the retry', async () => {
@@ -365,9 +403,11 @@ describe('read-ahead while catching up', () => {
     };
     await waitFor(() => p.queue.changes.length === 100, 10_000, 'both pages');
     expect(p.polls[0]).toBe(false);
-    expect(p.queue.commits.filter((c) => c.changes.length).map((c) => c.cursor)).toEqual([45, 90, 100]);
+    const cursors = p.queue.commits.filter((c) => c.changes.length).map((c) => c.cursor);
+    expect(cursors).toEqual([...cursors].sort((a, b) => a - b));
+    expect(cursors.at(-1)).toBe(100);
     expect(p.queue.changes.map((c) => c.event_id)).toEqual(backlog(100).map((e) => e.id));
-    // Page 2 was read ahead once, dropped with the failure, and read again.
+    // Page 2 was read ahead, dropped with the failure, and read again.
     expect(up.log.filter((l) => l === 'read 45').length).toBeGreaterThanOrEqual(2);
   });
 });
