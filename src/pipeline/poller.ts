@@ -213,8 +213,8 @@ interface PageRead {
 
 /**
  * While catching up, the next page is read and its subjects fetched during this one's expansion and
- * commit: the cursor it needs is known as soon as this page is read. It is committed only after
- * this page (in order), and dropped, its requests aborted, if this page fails.
+ * commit: the cursor it needs is known as soon as this page is read. It is committed with this
+ * page or after it (in order), and dropped, its requests aborted, if this page fails.
  */
 interface ReadAhead {
   url: string;

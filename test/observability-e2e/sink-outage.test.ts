@@ -11,7 +11,8 @@ import { rawConfig, readJsonl, startTestDaemon, tempDir, waitFor } from '../supp
 import { parseSamples, sampleValue, type Sample } from '../observability/prom-text.js';
 
 const SERVICES = ['scheduling', 'workflow'] as const;
-const BACKLOG = 150;
+// Several commits per source (a backlog commits up to 16 pages at a time): the webhook parks on both.
+const BACKLOG = 1500;
 const dir = tempDir('feedsync-obs-outage-');
 let sandbox: Sandbox;
 let daemon: Daemon;

@@ -91,19 +91,18 @@ describe('feedsync poll (bullmq, no workers)', () => {
   });
 
   it('status --json: sources polled past their sinks, which are parked with their changes queued', async () => {
-    // Watch Redis directly (cheap) until both sources were polled behind and both sinks parked on
-    // both (max_backlog 10, nobody delivering), then ask the CLI once.
+    // Watch Redis directly (cheap) until both sinks are parked on both sources (max_backlog 10,
+    // nobody delivering), then ask the CLI once. The sources may have caught up by then: a
+    // backlog is committed several pages at a time.
     const client = new Redis(redis.url);
-    let behind: (string | null)[] = [];
     try {
       await waitFor(
         async () => {
-          behind = await Promise.all(SERVICES.map((s) => client.hget(`{opsA}:source:${s}`, 'behind')));
           const parked = await Promise.all(SERVICES.map((s) => client.hlen(`{opsA}:lagging:${s}`)));
-          return behind.every((b) => b === '1') && parked.every((n) => n === 2);
+          return parked.every((n) => n === 2);
         },
         30_000,
-        'both sources to be polled behind and both sinks parked on both',
+        'both sinks parked on both sources',
       );
     } finally {
       client.disconnect();

@@ -1,6 +1,6 @@
 // The BullMQ delivery side: one Worker per sink shard queue (on a Redis Cluster, per source too:
 // a source's queues share its hash tag, names.ts), delivering slices (one job = the changes of one
-// page for that sink and shard, slice.ts) to sinks; slice-delivery.ts does one job.
+// commit for that sink and shard, slice.ts) to sinks; slice-delivery.ts does one job.
 //
 // Order. Every shard queue has GLOBAL concurrency 1, so cluster-wide at most one slice per shard
 // is in flight, a slice is delivered in feed order, and a subject always maps to the same shard:
@@ -36,7 +36,7 @@
 // `{ done: i + 1, attempts: 0 }` and the slice carries on; it completes normally at its end. A slice
 // that BullMQ fails itself (stalled more than `queue.attempts` times, or an unexpected error) lands
 // in the shard's failed set; its undelivered changes are then buried in the dead queue too.
-import { Queue, RateLimitError, Worker, type Job } from 'bullmq';
+import { Job, Queue, RateLimitError, Worker } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { QueueConfig } from '../../config/types.js';
@@ -55,7 +55,7 @@ import { defaultOwner } from './lease.js';
 import { RedisLeases } from '../../lease/redis-leases.js';
 import { shardLease, shardLeaseSpec, type ShardLease } from './shard-lease.js';
 import { deliverSlice, type SliceDeliveryContext } from './slice-delivery.js';
-import type { ChangeSlice } from './slice.js';
+import { SliceJob, type ChangeSlice } from './slice.js';
 
 export interface BullmqDeliveryOptions {
   queue: QueueConfig;
@@ -68,6 +68,14 @@ export interface BullmqDeliveryOptions {
 
 /** Never reached in practice; it only switches on BullMQ's limiter-key check (see above). */
 const UNLIMITED = { max: 1_000_000_000, duration: 1_000 };
+
+/** BullMQ's Worker, its jobs read as SliceJob does (each change from its own text). */
+class SliceWorker extends Worker<ChangeSlice> {
+  // BullMQ's documented hook for its own Job subclass.
+  protected override get Job(): typeof Job {
+    return SliceJob as unknown as typeof Job;
+  }
+}
 
 interface ShardWorker {
   worker: Worker<ChangeSlice>;
@@ -274,7 +282,7 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
   ): ShardWorker {
     const { logger } = ctx;
     const active = new Set<Promise<void>>();
-    const worker = new Worker<ChangeSlice>(name, processorFor(ctx, lease, semaphore, active), {
+    const worker = new SliceWorker(name, processorFor(ctx, lease, semaphore, active), {
       connection: connection!,
       prefix: tag,
       concurrency: 1,

@@ -1,11 +1,12 @@
-// A slice is what one BullMQ job carries: the changes of one page that one sink gets on one shard,
-// in feed order. Producer, delivery and admin share these helpers so they agree on ids and shapes.
+// A slice is what one BullMQ job carries: the changes of one commit (a page, or the pages of a
+// backlog committed together) that one sink gets on one shard, in feed order. Producer, delivery
+// and admin share these helpers so they agree on ids and shapes.
 import { randomBytes } from 'node:crypto';
 import { Job, type JobJson } from 'bullmq';
 import type { QueueConfig } from '../../config/types.js';
 import { FeedsyncError } from '../../core/errors.js';
 import type { Change } from '../../core/change.js';
-import { changeJson } from '../../core/change-json.js';
+import { changeJson, parseChangeJson } from '../../core/change-json.js';
 import { jobIdForKey } from './names.js';
 
 export interface ChangeSlice {
@@ -25,9 +26,11 @@ export const COUNTED_SLICE = 'slice';
 export const UNCOUNTED_SLICE = 'slice-uncounted';
 
 /**
- * A slice job whose data is written from its changes' JSON texts (change-json.ts): a change is
- * serialised once however many sinks and shards it goes to, and the bytes are those JSON.stringify
- * would give the slice.
+ * A slice job whose data is written from its changes' JSON texts (change-json.ts), and read back
+ * the same way: a change is serialised once however many sinks and shards it goes to, and a sink
+ * that writes JSON (jsonl, webhook) sends the very text the poller made. The data is the JSON
+ * `{"changes":[…],"lengths":[…]}`: `lengths` gives each change text's length, so a worker cuts
+ * the texts apart without a scan (readSlice); any other reader sees a slice with one extra field.
  */
 export class SliceJob extends Job<ChangeSlice> {
   override asJSON(): JobJson {
@@ -35,11 +38,53 @@ export class SliceJob extends Job<ChangeSlice> {
     // BullMQ's asJSON stringifies `data` itself: hand it nothing to do, then put the text in.
     this.data = undefined as unknown as ChangeSlice;
     try {
-      return { ...super.asJSON(), data: `{"changes":[${data.changes.map(changeJson).join(',')}]}` };
+      const texts = data.changes.map(changeJson);
+      const lengths = texts.map((t) => t.length).join(',');
+      return { ...super.asJSON(), data: `${SLICE_START}${texts.join(',')}${SLICE_LENGTHS}${lengths}]}` };
     } finally {
       this.data = data;
     }
   }
+
+  static override fromJSON<T = unknown, R = unknown, N extends string = string>(
+    queue: Parameters<typeof Job.fromJSON>[0],
+    json: JobJson,
+    jobId?: string,
+  ): Job<T, R, N> {
+    const job = super.fromJSON<T, R, N>(queue, { ...json, data: '{}' }, jobId);
+    job.data = readSlice(json.data) as T;
+    return job;
+  }
+}
+
+const SLICE_START = '{"changes":[';
+const SLICE_LENGTHS = '],"lengths":[';
+
+/**
+ * A job's data as SliceJob wrote it, each change parsed from its own text (which it keeps, so
+ * it is not serialised again); anything else (an earlier release's slice, a one-change job) is
+ * parsed whole.
+ */
+export function readSlice(raw: string | undefined): unknown {
+  const text = raw || '{}';
+  const mark = text.lastIndexOf(SLICE_LENGTHS);
+  if (!text.startsWith(SLICE_START) || mark < 0 || !text.endsWith(']}')) return JSON.parse(text);
+  const lengths = text
+    .slice(mark + SLICE_LENGTHS.length, -2)
+    .split(',')
+    .map(Number);
+  const changes: Change[] = [];
+  let at = SLICE_START.length;
+  for (const [i, length] of lengths.entries()) {
+    const end = at + length;
+    // Each text ends where a comma follows it, the last one at the lengths; lengths that do not
+    // tile the array exactly are not ours after all: parse it whole.
+    const tiles = i === lengths.length - 1 ? end === mark : end < mark && text[end] === ',';
+    if (!Number.isSafeInteger(length) || length <= 0 || !tiles) return JSON.parse(text);
+    changes.push(parseChangeJson(text.slice(at, end)));
+    at = end + 1;
+  }
+  return { changes };
 }
 
 /**
