@@ -79,11 +79,13 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
       );
       watch.stage('status write');
       await recordPoll(deps, { ok: true, behind: result.full, lastEventAt: result.lastEventAt });
-      // Sinks off the shared stream read on their own: a page each per shared page, and while the
-      // source is caught up, as many as they take until the next poll is due.
+      // Sinks off the shared stream read on their own: a page each per shared page read (however
+      // many were committed together), and while the source is caught up, as many as they take until the next poll is due.
       const due = performance.now() + source.poll_interval_ms;
       watch.stage('catch-up');
-      let reading = await catchUp.step(position);
+      let reading = true;
+      for (let page = 0; page < result.pageSizes.length && reading && !signal.aborted; page++)
+        reading = await catchUp.step(position);
       if (!result.full) {
         watch.stage('audit');
         await audit.runIfDue(position);
