@@ -60,6 +60,22 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<boolean> {
   });
 }
 
+/**
+ * `work`'s value, or undefined when it has not settled within `ms` (a rejection within it rejects).
+ * The work keeps running: callers give up waiting for it, they do not cancel it.
+ */
+export async function withDeadline<T>(work: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<undefined>((resolve) => {
+    timer = setTimeout(() => resolve(undefined), ms);
+  });
+  try {
+    return await Promise.race([work, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 const DELTA_SECONDS = /^\d+$/;
 
 /**

@@ -1,4 +1,4 @@
-import { backoffDelay, sleep, surelyGrowingDelay } from '../backoff.js';
+import { backoffDelay, sleep, surelyGrowingDelay, withDeadline } from '../backoff.js';
 import { cut } from '../core/bounded-text.js';
 import { errorMessage, UndecodableSubjectError, UpstreamAuthError } from '../core/errors.js';
 import type { PollOutcome } from '../queue/driver.js';
@@ -30,8 +30,8 @@ const ERROR_RETRY_MAX_MS = 60_000;
 /**
  * One source's loop: read a page after the cursor, expand its subjects, queue its changes and the
  * new cursor together (with the full pages after it that are ready: pollOnce), repeat at once
- * while pages are full, else wait `poll_interval_ms`. A page
- * that fails anywhere is retried with backoff and the cursor stays where it was.
+ * while pages are full, else wait `poll_interval_ms`. A page that fails anywhere is retried with
+ * backoff and the cursor stays where it was.
  */
 export async function runPoller(deps: PollerDeps): Promise<void> {
   const { source, signal, logger } = deps;
@@ -80,7 +80,8 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
       watch.stage('status write');
       await recordPoll(deps, { ok: true, behind: result.full, lastEventAt: result.lastEventAt });
       // Sinks off the shared stream read on their own: a page each per shared page read (however
-      // many were committed together), and while the source is caught up, as many as they take until the next poll is due.
+      // many were committed together), and while the source is caught up, as many as they take
+      // until the next poll is due.
       const due = performance.now() + source.poll_interval_ms;
       watch.stage('catch-up');
       let reading = true;
@@ -172,21 +173,15 @@ const RECORD_POLL_MS = 2_000;
  * leave a command cut mid-flight unsettled), and polling would then stop without a word.
  */
 async function recordPoll(deps: PollerDeps, outcome: PollOutcome): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<'late'>((resolve) => {
-    timer = setTimeout(() => resolve('late'), RECORD_POLL_MS);
-  });
   try {
-    const written = await Promise.race([deps.sourceState.recordPoll(deps.source.name, outcome), late]);
-    if (written === 'late')
+    const written = deps.sourceState.recordPoll(deps.source.name, outcome).then(() => true);
+    if (!(await withDeadline(written, RECORD_POLL_MS)))
       deps.logger.warn(
         { timeout_ms: RECORD_POLL_MS },
         'cannot record the poll outcome for status: no answer in time; polling goes on',
       );
   } catch (err) {
     deps.logger.warn({ err: errorMessage(err) }, 'cannot record the poll outcome for status');
-  } finally {
-    clearTimeout(timer);
   }
 }
 
@@ -313,27 +308,9 @@ async function pollOnce(
 }
 
 /** The page read ahead, once listed and expanded within `ms`; undefined if it is not (or failed). */
-async function readyWithin(ahead: ReadAhead, ms: number): Promise<PageRead | undefined> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<undefined>((resolve) => {
-    timer = setTimeout(() => resolve(undefined), ms);
-  });
-  try {
-    return await Promise.race([
-      ahead.page
-        .then(
-          async (p) => {
-            await p.expansion;
-            return p;
-          },
-          () => undefined,
-        )
-        .catch(() => undefined),
-      late,
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
+function readyWithin(ahead: ReadAhead, ms: number): Promise<PageRead | undefined> {
+  const ready = ahead.page.then((p) => p.expansion.then(() => p));
+  return withDeadline(ready, ms).catch(() => undefined);
 }
 
 /** The expansions of consecutive pages, as one of their events in order. */

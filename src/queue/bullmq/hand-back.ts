@@ -1,5 +1,6 @@
 // Small async helpers for stopping in time: abandoning a sink call at the stop deadline, and
 // bounding a wait.
+import { withDeadline } from '../../backoff.js';
 
 /** The sink call was abandoned because stop() ran out of time; the job goes back to its queue. */
 export class HandedBack extends Error {
@@ -34,19 +35,9 @@ export function raceHandBack<T>(work: Promise<T>, signal: AbortSignal): Promise<
 
 /** true when `work` settled (either way) within ms, false on timeout (work keeps running). */
 export async function settledWithin(work: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<false>((resolve) => {
-    timer = setTimeout(() => resolve(false), ms);
-  });
-  try {
-    return await Promise.race([
-      work.then(
-        () => true as const,
-        () => true as const,
-      ),
-      timeout,
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
+  const settled = work.then(
+    () => true as const,
+    () => true as const,
+  );
+  return (await withDeadline(settled, ms)) ?? false;
 }

@@ -6,6 +6,7 @@ import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import type { QueueConfig } from '../../config/types.js';
+import { withDeadline } from '../../backoff.js';
 import { FeedsyncError, errorMessage } from '../../core/errors.js';
 import type { Change } from '../../core/change.js';
 import type { PipelineEvents } from '../../core/events.js';
@@ -278,7 +279,10 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     }));
   }
 
-  /** Commits a plan within addTimeoutMs; throws, having written nothing, on any failure. */
+  /**
+   * Commits a plan within addTimeoutMs; throws, having written nothing, on any failure. A commit
+   * still running past it lands whole, and the retry of the page finds its cursor and adds nothing.
+   */
   async function commitPlan(plan: PagePlan, fence: LeaseFence | undefined) {
     const result = await withDeadline(
       committer.commit(plan, fence).then(
@@ -485,18 +489,4 @@ function cannotQueue(source: string, cursor: number, reason: unknown): FeedsyncE
     true,
     { cause: reason },
   );
-}
-
-/** The settled value, or undefined when `work` took longer than `ms` (it keeps running: a late
- * commit lands whole, and the retry of the page finds its cursor in Redis and adds nothing). */
-async function withDeadline<T>(work: Promise<T>, ms: number): Promise<T | undefined> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<undefined>((resolve) => {
-    timer = setTimeout(() => resolve(undefined), ms);
-  });
-  try {
-    return await Promise.race([work, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
