@@ -367,7 +367,7 @@ describe('read-ahead while catching up', () => {
     // A page after the first brings 45 new events (its first 5 were queued above the cursor):
     // 16 pages are at most 50 + 15 × 45 events.
     expect(Math.max(...commits.map((c) => c.changes.length))).toBeLessThanOrEqual(50 + 15 * 45);
-    commits.slice(1).forEach((c, i) => expect(c.from.cursor).toBe(commits[i]!.cursor));
+    commits.slice(1).forEach((c, i) => expect(c.from?.cursor).toBe(commits[i]!.cursor));
     expect(p.queue.changes.map((c) => c.event_id)).toEqual(backlog(1000).map((e) => e.id));
   });
 

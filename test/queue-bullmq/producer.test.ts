@@ -89,7 +89,7 @@ describe('bullmq producer', () => {
     expect(queued).toEqual({ file: 30, hook: 30 });
     expect(await cursorIn(config)).toBe('30');
     const slices = (await sliceJobs(config, 'file')).length + (await sliceJobs(config, 'hook')).length;
-    expect(await commitStats(config)).toEqual({ pages: '1', slices: String(slices) });
+    expect(await commitStats(config)).toEqual({ pages: '1', slices: String(slices), changes: '60' });
     expect(await maxBacklogIn(config)).toBe(30);
 
     const file = new RecordingSink();
@@ -358,7 +358,7 @@ describe('bullmq producer', () => {
     expect(await cursorIn(config)).toBe('119');
     // The replays found their cursor in Redis already: the page counts once, its slice once.
     const slices = (await sliceJobs(config, 'file')).length;
-    expect(await commitStats(config)).toEqual({ pages: '1', slices: String(slices) });
+    expect(await commitStats(config)).toEqual({ pages: '1', slices: String(slices), changes: '20' });
   });
 
   it('refuses a page that does not follow the stored cursor (Redis forgot commits), writing nothing', async () => {

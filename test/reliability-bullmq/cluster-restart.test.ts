@@ -83,19 +83,19 @@ describe(`bullmq: redis cluster primaries restarted in place from their AOF mid-
         60_000,
         `delivery after the queue's restart ${note}`,
       );
-      // Right after a commit of the source, so that the lost tail holds one (with the primary
-      // also hosting a busy shard queue, 256 KB can be less than the time between two commits).
+      // Everything the primary wrote since just before a commit of the source is lost, so the lost
+      // tail holds that commit however much else (busy shard queues, commits of several pages) the
+      // primary wrote meanwhile.
       const stateKey = `{${prefix}:workflow}:source:workflow`;
       const before = await admin.hget(stateKey, 'cursor');
+      const mark = await cluster.aofMark(stateKey);
       await eventually(
         async () => (await admin.hget(stateKey, 'cursor')) !== before,
         30_000,
         `a commit of the workflow source ${note}`,
         20,
       );
-      const source = await cluster.restartPrimaryOf(stateKey, {
-        loseLastBytes: LOST_BYTES,
-      });
+      const source = await cluster.restartPrimaryOf(stateKey, { loseSince: mark });
       const atSource = delivered();
       await eventually(
         () => delivered() > atSource + 20,

@@ -11,7 +11,8 @@ export interface RedisOracle {
   /** `host:pid` of the lease holder per source (undefined: free). */
   holders(): Promise<Record<string, string | undefined>>;
   /** Pages and slice jobs the producers committed (one count per commit). */
-  commitStats(): Promise<{ pages: number; slices: number }>;
+  /** Changes queued by the shared stream's commits, over every sink. */
+  changesQueued(): Promise<number>;
   close(): Promise<void>;
 }
 
@@ -26,9 +27,8 @@ export function redisOracle(redisUrl: string, prefix: string): RedisOracle {
         SOURCES.map((s, i) => [s, values[i] ? values[i]!.slice(values[i]!.indexOf(' ') + 1) : undefined]),
       );
     },
-    async commitStats() {
-      const h = await client.hgetall(`${tag}:commit-stats`);
-      return { pages: Number(h.pages ?? 0), slices: Number(h.slices ?? 0) };
+    async changesQueued() {
+      return Number((await client.hget(`${tag}:commit-stats`, 'changes')) ?? 0);
     },
     async close() {
       client.disconnect();

@@ -74,8 +74,14 @@ export interface RedisClusterSet {
    */
   restartPrimaryOf(
     key: string,
-    opts?: { loseLastBytes?: number },
+    opts?: { loseLastBytes?: number; loseSince?: AofMark },
   ): Promise<{ port: number; downMs: number; lostBytes: number }>;
+  /**
+   * Where the AOF of the primary owning `key`'s slot ends now: `restartPrimaryOf(key, { loseSince })`
+   * cuts everything written after it, so a write made in between is surely lost, whatever else the
+   * node wrote meanwhile.
+   */
+  aofMark(key: string): Promise<AofMark>;
   stop(): Promise<void>;
 }
 
@@ -460,6 +466,10 @@ export async function startRedisCluster(opts: StartRedisClusterOptions = {}): Pr
         );
         return { killed: owner.port, promoted, failoverMs: Date.now() - killedAt };
       },
+      async aofMark(key) {
+        const owner = ownerLine(await view(), await slotOf(key));
+        return { port: owner.port, ...newestAof(join(dir, String(owner.port))) };
+      },
       async restartPrimaryOf(key, restartOpts = {}) {
         const slot = await slotOf(key);
         const owner = ownerLine(await view(), slot);
@@ -471,7 +481,12 @@ export async function startRedisCluster(opts: StartRedisClusterOptions = {}): Pr
         child.kill('SIGKILL');
         children.delete(owner.port);
         await exited;
-        const lostBytes = loseAofTail(join(dir, String(owner.port)), restartOpts.loseLastBytes ?? 0);
+        const nodeDir = join(dir, String(owner.port));
+        // Since the mark: what the file grew by, or all of a newer file (a rewrite started one).
+        const since = restartOpts.loseSince;
+        const now = newestAof(nodeDir);
+        const sinceBytes = since && now.size - (since.file === now.file ? since.size : 0);
+        const lostBytes = loseAofTail(nodeDir, sinceBytes ?? restartOpts.loseLastBytes ?? 0);
         await launch(owner.port);
         await until(`${owner.port} back, owning slot ${slot}`, 30_000, async () => {
           for (const port of alive()) {
@@ -624,9 +639,15 @@ async function waitPing(port: number, access: Access, gone: () => boolean): Prom
   }
 }
 
-/** Cuts `bytes` off the end of the node's newest AOF file (Redis 7: appendonlydir/*.incr.aof). */
-function loseAofTail(nodeDir: string, bytes: number): number {
-  if (bytes <= 0) return 0;
+/** Where a node's AOF ended at a moment (AofMark): its newest incremental file and its size. */
+export interface AofMark {
+  port: number;
+  file: string;
+  size: number;
+}
+
+/** The node's newest AOF file (Redis 7: appendonlydir/*.incr.aof) and its size. */
+function newestAof(nodeDir: string): { file: string; size: number } {
   const aofDir = join(nodeDir, 'appendonlydir');
   const newest = readdirSync(aofDir)
     .filter((f) => f.endsWith('.incr.aof'))
@@ -634,7 +655,13 @@ function loseAofTail(nodeDir: string, bytes: number): number {
     .at(-1);
   if (!newest) throw new Error(`no incremental AOF file in ${aofDir}`);
   const file = join(aofDir, newest);
-  const size = statSync(file).size;
+  return { file, size: statSync(file).size };
+}
+
+/** Cuts `bytes` off the end of the node's newest AOF file. */
+function loseAofTail(nodeDir: string, bytes: number): number {
+  if (bytes <= 0) return 0;
+  const { file, size } = newestAof(nodeDir);
   const cut = Math.min(size, bytes);
   truncateSync(file, size - cut);
   return cut;

@@ -25,7 +25,7 @@
 //   backlog         `{feedsync}:backlog`            hash: per sink, changes queued and not yet delivered
 //   pollers         `{feedsync}:pollers`            zset of live poll replicas, score = expiry
 //   workers         `{feedsync}:workers`            zset of live work processes, score = expiry
-//   commit stats    `{feedsync}:commit-stats`       hash: pages and slice jobs committed
+//   commit stats    `{feedsync}:commit-stats`       hash: commits ('pages'), slice jobs and changes queued
 //   lagging sinks   `{feedsync}:lagging:scheduling` hash: sink → its own position (JSON) while it
 //                                       is off the source's shared stream (sink-positions.ts)
 //   known sinks     `{feedsync}:sinks:scheduling`   hash: sink → generation (bumped by park/replay)

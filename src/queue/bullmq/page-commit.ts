@@ -96,7 +96,10 @@ redis.call('HSET', KEYS[1], 'cursor', ARGV[1], 'seen_above', ARGV[2], 'updated_a
 redis.call('HINCRBY', KEYS[2], 'pages', 1)
 redis.call('HINCRBY', KEYS[2], 'slices', ARGV[7])
 for sink, n in pairs(cjson.decode(ARGV[5])) do
-  if n > 0 then redis.call('HINCRBY', KEYS[4], sink, n) end
+  if n > 0 then
+    redis.call('HINCRBY', KEYS[4], sink, n)
+    redis.call('HINCRBY', KEYS[2], 'changes', n)
+  end
 end
 return 1`,
 );
