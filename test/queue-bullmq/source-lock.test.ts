@@ -172,7 +172,11 @@ describe('bullmq source leases', () => {
     expect(await inspector.hget(`{${config.prefix}}:source:scheduling`, 'cursor')).toBe('2');
     const ids = (await sliceJobs(config, 'file')).flatMap((j) => j.changes.map((c) => c.event_id));
     expect(ids.sort()).toEqual([1, 2]);
-    expect(await inspector.hgetall(`{${config.prefix}}:commit-stats`)).toEqual({ pages: '2', slices: '2' });
+    expect(await inspector.hgetall(`{${config.prefix}}:commit-stats`)).toEqual({
+      pages: '2',
+      slices: '2',
+      changes: '2',
+    });
     // And a producer with leases never commits for a source it does not hold.
     await expect(
       oldProducer.commitPage({ source: 'workflow', changes: [makeChange(4)], cursor: 4, seenAbove: [] }),
