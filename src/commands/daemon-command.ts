@@ -1,4 +1,5 @@
 import { flushCompileCache } from 'node:module';
+import { withDeadline } from '../backoff.js';
 import { boundHeapGrowth } from '../heap.js';
 import { StartAborted, startDaemon, type DaemonMode } from '../daemon.js';
 import { handleShutdownSignals } from '../signals.js';
@@ -24,7 +25,7 @@ export async function daemonCommand(mode: DaemonMode, opts: GlobalOptions): Prom
   // it within the budget, then stops what was started.
   handleShutdownSignals(() => {
     stopStarting.abort();
-    return withDeadline(
+    return stopWithin(
       starting.then(
         (daemon) => daemon.stop(),
         (err: unknown) => {
@@ -45,18 +46,20 @@ export async function daemonCommand(mode: DaemonMode, opts: GlobalOptions): Prom
   // Another process owns what this one wrote (it was frozen past its lease): stop writing, exit 1.
   void daemon.failed.then(async () => {
     process.exitCode = 1;
-    await withDeadline(daemon.stop(), budget).catch(() => process.exit(1));
+    await stopWithin(daemon.stop(), budget).catch(() => process.exit(1));
   });
   // Node writes the compile cache at exit; a daemon that is killed rather than stopped would never
   // write it. Everything start-up needs is loaded by now.
   flushCompileCache();
 }
 
-function withDeadline(p: Promise<void>, ms: number): Promise<void> {
-  return Promise.race([
-    p,
-    new Promise<void>((_, reject) =>
-      setTimeout(() => reject(new Error(`shutdown took longer than ${ms} ms`)), ms).unref(),
-    ),
-  ]);
+/** `stop` settled within `ms`, or a rejection naming the budget: the signal handler exits 1. */
+async function stopWithin(stop: Promise<void>, ms: number): Promise<void> {
+  if (
+    (await withDeadline(
+      stop.then(() => true),
+      ms,
+    )) !== true
+  )
+    throw new Error(`shutdown took longer than ${ms} ms`);
 }

@@ -14,13 +14,16 @@
 // the set within one TTL, like its leases, so a survivor's share grows just when those expire.
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { sleep } from '../backoff.js';
+import { sleep, withDeadline } from '../backoff.js';
 import { FeedsyncError, errorMessage } from '../core/errors.js';
 import { warnRedisFailure } from '../queue/bullmq/redis-monitor.js';
 import { whenReady } from '../queue/bullmq/redis.js';
 import { luaScript, runScript } from '../queue/bullmq/scripts.js';
 import { ACQUIRE, ownerOf, RELEASE, RENEW } from './redis-scripts.js';
 import { heartbeatMs, Holding } from './rule.js';
+
+/** How long close() waits for Redis to take the leases back (see close). */
+const CLOSE_WAIT_MS = 1_000;
 
 const HEARTBEAT = luaScript(
   'heartbeat',
@@ -184,11 +187,20 @@ export class RedisLeases {
     return this.heldLease(lease);
   }
 
+  /**
+   * Stops beating and lets what it holds go. Letting go is a courtesy (an unrenewed lease expires
+   * by itself, a dead member drops out of the set): on a Redis that does not answer, close stops
+   * waiting for it after CLOSE_WAIT_MS rather than spend the process's stop budget.
+   */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
     clearInterval(this.timer);
     clearInterval(this.watchdog);
+    await withDeadline(this.letGo(), CLOSE_WAIT_MS);
+  }
+
+  private async letGo(): Promise<void> {
     await this.tick;
     // Leases still held (a holder that did not stop) are released so a waiting member need not wait.
     await Promise.all(

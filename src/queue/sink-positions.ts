@@ -62,11 +62,14 @@ export function isBehind(position: FeedPosition, id: number): boolean {
   return id <= position.cursor || position.seenAbove.includes(id);
 }
 
-/** Whether `a` and `b` are the same position (cursor and the ids seen above it, in order). */
+/**
+ * Whether `a` and `b` are the same position: the same cursor and the same set of ids seen above it
+ * (a set: the order it was written in, or another writer's spelling of it, does not matter).
+ */
 export function samePosition(a: FeedPosition | undefined, b: FeedPosition): boolean {
-  return (
-    a !== undefined && a.cursor === b.cursor && JSON.stringify(a.seenAbove) === JSON.stringify(b.seenAbove)
-  );
+  if (a === undefined || a.cursor !== b.cursor) return false;
+  const seen = new Set(a.seenAbove);
+  return seen.size === new Set(b.seenAbove).size && b.seenAbove.every((id) => seen.has(id));
 }
 
 /** Whether everything behind `b` is behind `a` too. */

@@ -361,6 +361,49 @@ describe('bullmq producer', () => {
     expect(await commitStats(config)).toEqual({ pages: '1', slices: String(slices), changes: '20' });
   });
 
+  it('a late try finds its commit landed whatever order or spelling Redis holds its seen ids in', async () => {
+    const config = queueConfig(redis.url);
+    const producer = producerFor(config, [{ name: 'file' }]);
+    const changes = range(100, 10).map((id) => makeChange(id));
+    const page = { source: 'scheduling', changes, cursor: 109, seenAbove: [125, 122] };
+    await producer.commitPage({ ...page, from: { cursor: 0, seenAbove: [] } });
+    // The same set of ids, written by another writer (an earlier release, an operator's tool).
+    await inspector.hset(`{${config.prefix}}:source:scheduling`, 'seen_above', '[122, 125]');
+    // The try the caller gave up on is sent again, from where it was read: it counts as landed,
+    // rather than as a cursor that moved away from under it.
+    await producer.commitPage({ ...page, from: { cursor: 0, seenAbove: [] } });
+    const slices = (await sliceJobs(config, 'file')).length;
+    expect(await commitStats(config)).toEqual({ pages: '1', slices: String(slices), changes: '10' });
+    expect(await maxBacklogIn(config)).toBe(10);
+  });
+
+  it("queues the feed audit's late events, committed at the position the source already holds", async () => {
+    const config = queueConfig(redis.url);
+    const producer = producerFor(config, [{ name: 'file' }]);
+    const at = { cursor: 50, seenAbove: [] };
+    const onTime = range(1, 50)
+      .filter((id) => id !== 36)
+      .map((id) => makeChange(id));
+    await producer.commitPage({
+      source: 'scheduling',
+      changes: onTime,
+      ...at,
+      from: { cursor: 0, seenAbove: [] },
+    });
+    // The audit found 36, which the cursor rule had passed over: it is queued without moving the cursor.
+    const late = await producer.commitPage({
+      source: 'scheduling',
+      changes: [makeChange(36)],
+      ...at,
+      from: at,
+    });
+    expect(late).toEqual({ file: 1 });
+    const queuedIds = (await sliceJobs(config, 'file')).flatMap((j) => j.changes).map((c) => c.event_id);
+    expect(queuedIds.sort((a, b) => a - b)).toEqual(range(1, 50));
+    expect(await maxBacklogIn(config)).toBe(50);
+    expect(await cursorIn(config)).toBe('50');
+  });
+
   it('refuses a page that does not follow the stored cursor (Redis forgot commits), writing nothing', async () => {
     const config = queueConfig(redis.url);
     const producer = producerFor(config, [{ name: 's' }]);

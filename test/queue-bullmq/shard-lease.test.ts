@@ -162,4 +162,26 @@ describe('shard leases', () => {
     expect(lease.valid()).toBe(false);
     await held.release();
   });
+
+  it('close lets its leases go, and gives up waiting within a second when Redis does not answer', async () => {
+    const leases = member('a', 2_000);
+    const spec = shardLeaseSpec(TAG, 'file', 0);
+    expect(await leases.acquire(spec, never)).toBeDefined();
+    const calm = member('b', 2_000);
+    const other = shardLeaseSpec(TAG, 'file', 1);
+    expect(await calm.acquire(other, never)).toBeDefined();
+    await calm.close();
+    expect(await redis.client.get(shardLeaseKey(TAG, 'file', 1)), 'released by close').toBeNull();
+    // Redis stops answering (as a frozen server would), for longer than close may wait.
+    const pauser = redis.client.duplicate();
+    await pauser.client('PAUSE', 2_500, 'ALL');
+    try {
+      const started = performance.now();
+      await leases.close();
+      expect(performance.now() - started).toBeLessThan(1_800);
+    } finally {
+      await pauser.client('UNPAUSE');
+      pauser.disconnect();
+    }
+  });
 });

@@ -331,6 +331,28 @@ export function describeQueueDriverConformance(name: string, harness: DriverHarn
       expect(await q.counts('sink')).toEqual({ waiting: 0, active: 0, delayed: 0, failed: 0, dead: 0 });
     });
 
+    it('delivers what the feed audit commits at the position the source holds already, once', async () => {
+      const sink = new RecordingSink();
+      const q = await open({ sink });
+      const producer = q.driver.producer!;
+      const at = { cursor: 10, seenAbove: [11] };
+      const onTime = Array.from({ length: 9 }, (_, i) => makeChange(`audit-${i}`));
+      await producer.commitPage({
+        source: 'src',
+        changes: onTime,
+        ...at,
+        from: { cursor: 0, seenAbove: [] },
+      });
+      // The audit re-read behind the cursor and found an event its rule had passed over.
+      const late = makeChange('audit-late');
+      expect(await producer.commitPage({ source: 'src', changes: [late], ...at, from: at })).toEqual({
+        sink: 1,
+      });
+      await waitFor(() => sink.delivered.length >= 10, 20_000, 'all 10 delivered');
+      await new Promise((r) => setTimeout(r, 200));
+      expect(sink.keys().sort()).toEqual([...onTime, late].map((c) => c.key).sort());
+    });
+
     it('counts queued, retrying and dead changes per sink', async () => {
       const queued = Array.from({ length: 5 }, (_, i) => makeChange(`count-${i}`));
       let failing = true;

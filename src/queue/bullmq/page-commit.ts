@@ -340,8 +340,12 @@ export function createPageCommitter(opts: {
         if (plan.laggingAssumed && !sameSet(plan.laggingAssumed, lagging ?? []))
           throw new CommitRaced(plan.source, lagging ?? []);
         // A try that timed out on the caller's side may still have committed: Redis then holds
-        // exactly this cursor, and committing again would count the page twice.
-        if (cursor === String(plan.cursor) && seen === JSON.stringify(plan.seenAbove)) {
+        // exactly this cursor, and committing again would count the page twice. Only a commit
+        // that moves the position can tell: the feed audit queues events the cursor passed over
+        // at the position the source holds already (a late try of that one queues them again).
+        const target = { cursor: plan.cursor, seenAbove: plan.seenAbove };
+        const moves = !plan.from || !samePosition(plan.from, target);
+        if (moves && samePosition(storedCursor, target)) {
           if (watched.length) await unwatchKey(connection, knownKey);
           // The earlier try may have failed its own WAIT (or run on a connection since replaced):
           // the page counts as committed only once the replicas have it.
