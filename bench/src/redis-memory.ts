@@ -73,7 +73,7 @@ export async function measureQueuedMemory(opts: {
     const expected = opts.events.length; // × 1 sink
     const lastEventId = opts.events.reduce((a, e) => Math.max(a, e.id), 0);
     const stateKey = sourceStateKey(prefix, opts.service);
-    const countKey = backlogKey(KeySpace.single(prefix).queueTag(opts.service));
+    const countKey = backlogKey(KeySpace.single(prefix).of(opts.service));
     const usedMemoryBefore = await usedMemory(client);
     const started = performance.now();
     const [poll] = startFeedsync(drainOpts, configPath);

@@ -9,6 +9,12 @@
 //   was paused or cut off stops before the lease can expire and another process take it.
 //
 // docs/guarantees.md, "Ownership", lists every owner, what it owns and where its token is checked.
+import { hostname } from 'node:os';
+
+/** This process as a lease holder, in logs, `status` and refusals: `host:pid`. */
+export function leaseOwner(): string {
+  return `${hostname()}:${process.pid}`;
+}
 
 /**
  * How far into the TTL without a successful renewal a holder stops acting. The margin (a fifth of

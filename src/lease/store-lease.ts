@@ -18,11 +18,10 @@
 // full TTL after the last heartbeat), so a resumed process starts no new sink delivery before it
 // knows it still owns the store. Unlike a Redis lease, a stale store lease is not given up: a
 // renewal that finds it still ours makes it valid again, and only one that finds it taken loses it.
-import { hostname } from 'node:os';
 import { sleep } from '../backoff.js';
 import { FeedsyncError } from '../core/errors.js';
 import type { Db } from '../store/store.js';
-import { heartbeatMs, Holding } from './rule.js';
+import { heartbeatMs, Holding, leaseOwner } from './rule.js';
 
 export const STORE_LEASE_TTL_MS = 15_000;
 
@@ -50,10 +49,6 @@ export class StoreLeaseLostError extends FeedsyncError {
   }
 }
 
-export function leaseOwner(): string {
-  return `${hostname()}:${process.pid}`;
-}
-
 interface LeaseRow {
   owner: string;
   token: number;
@@ -63,8 +58,6 @@ interface LeaseRow {
 export interface StoreLeaseOptions {
   owner?: string;
   ttlMs?: number;
-  /** How often a standby asks again. */
-  retryMs?: number;
 }
 
 export class StoreLease {
@@ -137,8 +130,7 @@ export class StoreLease {
       if (lease) return lease;
       if (!warned) onWait(StoreLease.holder(db, opts.ttlMs) ?? 'unknown');
       warned = true;
-      if (!(await sleep(opts.retryMs ?? heartbeatMs(opts.ttlMs ?? STORE_LEASE_TTL_MS), signal)))
-        return undefined;
+      if (!(await sleep(heartbeatMs(opts.ttlMs ?? STORE_LEASE_TTL_MS), signal))) return undefined;
     }
   }
 

@@ -15,12 +15,7 @@ import {
   sourceStateKey,
 } from '../../src/queue/bullmq/names.js';
 import { createBullmqProducer } from '../../src/queue/bullmq/producer.js';
-import {
-  closeRedis,
-  createRedisConnection,
-  pingRedis,
-  redactRedisUrl,
-} from '../../src/queue/bullmq/redis.js';
+import { closeRedis, createRedisConnection, redactRedisUrl } from '../../src/queue/bullmq/redis.js';
 import {
   assertRedisPersists,
   checkRedisPolicy,
@@ -86,17 +81,6 @@ describe('redis helpers', () => {
         logger: silentLogger,
       }),
     ).toThrow(/sink "bad:name"/);
-  });
-
-  it('pings: true when up, false when nothing listens', async () => {
-    expect(await pingRedis(redis.url, silentLogger)).toBe(true);
-    const client = createRedisConnection(redis.url, 'admin', silentLogger);
-    expect(await pingRedis(client, silentLogger)).toBe(true);
-    await closeRedis(client);
-    expect(client.status).toBe('end');
-    const down = await startRedis();
-    await down.stop();
-    expect(await pingRedis(down.url, silentLogger, 500)).toBe(false);
   });
 
   it('warns when maxmemory-policy is not noeviction, and not when it is', async () => {

@@ -57,11 +57,10 @@ describe('slice job data', () => {
     expect(job.data.changes.map((c) => c.key)).toEqual(changes.map((c) => c.key));
   });
 
-  it('parses whole what it did not write: an earlier slice, a one-change job, lengths that do not fit', () => {
+  it('parses whole what it did not write: an earlier slice, lengths that do not fit', () => {
     const texts = changes.map((c) => JSON.stringify(c));
     const earlier = `{"changes":[${texts.join(',')}]}`;
     expect(readSlice(earlier)).toEqual(JSON.parse(earlier));
-    expect(readSlice(texts[0])).toEqual(JSON.parse(texts[0]!));
     expect(readSlice(undefined)).toEqual({});
     const wrong = [
       // One unit short, one long, a length of 0, not a number, too few, too many.

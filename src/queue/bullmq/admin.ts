@@ -4,6 +4,7 @@ import { Job, Queue } from 'bullmq';
 import type { ChainableCommander, Redis } from 'ioredis';
 import { pino, type Logger } from 'pino';
 import type { QueueConfig } from '../../config/types.js';
+import { withDeadline } from '../../backoff.js';
 import { FeedsyncError, errorMessage } from '../../core/errors.js';
 import type { DeadLetter, DeadLetterFilter, QueueAdmin, SinkJobCounts } from '../queue.js';
 import { progressOf } from './attempts.js';
@@ -26,8 +27,6 @@ export interface BullmqAdminOptions {
   queue: QueueConfig;
   sinkNames: string[];
   logger?: Logger;
-  /** A connection to use instead of one made from `queue.redis_url`; the caller keeps ownership. */
-  connection?: Redis;
   /** Fail an operation that gets no answer from Redis within this long (default 10 s). */
   timeoutMs?: number;
   /** Where the keys are (default: one Redis, queue.prefix). */
@@ -40,7 +39,7 @@ interface SinkQueues {
   sink: string;
   /** Every shard queue of the sink: under every queue tag, and the earlier cluster layout's. */
   shards: Queue<ChangeSlice>[];
-  /** Its shard queues by tag (names.ts KeySpace.queueTag), by shard. */
+  /** Its shard queues by tag (names.ts KeySpace.of), by shard. */
   byTag: Map<string, Queue<ChangeSlice>[]>;
   dead: Queue<DeadChange>;
 }
@@ -59,8 +58,7 @@ const COUNT_IF_QUEUED = luaScript(
 export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
   for (const sink of opts.sinkNames) assertSinkName(sink);
   const logger = opts.logger ?? pino({ level: 'silent' });
-  const ownConnection = !opts.connection;
-  const connection = opts.connection ?? createRedisConnection(redisEndpoint(opts.queue), 'admin', logger);
+  const connection = createRedisConnection(redisEndpoint(opts.queue), 'admin', logger);
   const keys = opts.keys ?? KeySpace.single(opts.queue.prefix);
   const queuesBySink = new Map<string, SinkQueues>();
   const openShard = (sink: string, shard: number, tag: string) => {
@@ -211,7 +209,7 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
   function retryDead(filter: DeadLetterFilter): Promise<number> {
     return eachDead(filter, async (job, queues) => {
       const change = job.data.change;
-      const tag = keys.queueTag(change.source);
+      const tag = keys.of(change.source);
       let byShard = queues.byTag.get(tag);
       if (!byShard) {
         // A source no longer configured (a cluster keeps queues per source): its own queues.
@@ -252,7 +250,7 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
       await Promise.allSettled(
         [...queuesBySink.values()].flatMap((q) => [...q.shards, q.dead]).map((q) => q.close()),
       );
-      if (ownConnection) await closeRedis(connection);
+      await closeRedis(connection);
     })();
     return closed;
   }
@@ -265,18 +263,13 @@ export function createBullmqAdmin(opts: BullmqAdminOptions): BullmqAdmin {
     op: (...args: A) => Promise<R>,
   ): (...args: A) => Promise<R> {
     return async (...args: A) => {
-      let timer: NodeJS.Timeout | undefined;
-      const timeout = new Promise<never>((_, reject) => {
-        timer = setTimeout(
-          () => reject(new FeedsyncError(`${name}: no answer from ${where} within ${timeoutMs} ms`, true)),
-          timeoutMs,
-        );
-      });
-      try {
-        return await Promise.race([op(...args), timeout]);
-      } finally {
-        clearTimeout(timer);
-      }
+      // Boxed: an operation's own undefined must not read as the deadline passing.
+      const done = await withDeadline(
+        op(...args).then((value) => ({ value })),
+        timeoutMs,
+      );
+      if (!done) throw new FeedsyncError(`${name}: no answer from ${where} within ${timeoutMs} ms`, true);
+      return done.value;
     };
   }
 

@@ -51,8 +51,8 @@ import { assertSinkName, KeySpace, shardIndexes, shardQueueName, workersKey } fr
 import { closeRedis, createRedisConnection, redisEndpoint } from './redis.js';
 import { warnRedisFailure } from './redis-monitor.js';
 import { Semaphore, SemaphoreClosedError } from '../../semaphore.js';
-import { defaultOwner } from './lease.js';
 import { RedisLeases } from '../../lease/redis-leases.js';
+import { leaseOwner } from '../../lease/rule.js';
 import { shardLease, shardLeaseSpec, type ShardLease } from './shard-lease.js';
 import { deliverSlice, type SliceDeliveryContext } from './slice-delivery.js';
 import { SliceJob, type ChangeSlice } from './slice.js';
@@ -79,8 +79,6 @@ class SliceWorker extends Worker<ChangeSlice> {
 
 interface ShardWorker {
   worker: Worker<ChangeSlice>;
-  /** worker.run(): settles when the worker has closed. */
-  running: Promise<void>;
   /** Its slices being delivered now. */
   active: Set<Promise<void>>;
 }
@@ -304,10 +302,10 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
     worker.on('failed', (job: Job | undefined) => {
       if (job) void buryFailed(ctx, job);
     });
-    const running = worker.run().catch((err: unknown) => {
+    void worker.run().catch((err: unknown) => {
       logger.error({ queue: name, err: errorMessage(err) }, 'worker stopped with an error');
     });
-    return { worker, running, active };
+    return { worker, active };
   }
 
   /** Once every queue of `old` is empty, stops serving them and starts `next` (legacy-layout.ts). */
@@ -345,7 +343,7 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
     leases = new RedisLeases({
       client: leaseConnection,
       membersKey: workersKey(keys),
-      owner: defaultOwner(),
+      owner: leaseOwner(),
       ttlMs: config.lease_ttl_ms,
       logger: opts.logger,
       groupSize: () => shardIndexes(config.shards).length,

@@ -5,7 +5,8 @@ import type { DriverFactory, QueueDriver, SourceLeases, SourceState } from '../d
 import { FeedsyncError } from '../../core/errors.js';
 import { createBullmqAdmin } from './admin.js';
 import { createBullmqDelivery } from './delivery.js';
-import { createRedisSourceLeases, defaultOwner, readLeaseHolder, type RedisSourceLeases } from './lease.js';
+import { leaseOwner } from '../../lease/rule.js';
+import { createRedisSourceLeases, readLeaseHolder, type RedisSourceLeases } from './lease.js';
 import { holdSource } from './source-hold.js';
 import { producerSinks } from '../sink-positions.js';
 import { redisPositionsAdmin } from './positions-admin.js';
@@ -29,10 +30,7 @@ export type BullmqDriver = QueueDriver & {
   leading(): string[];
 };
 
-export async function createBullmqDriver(
-  ctx: Parameters<DriverFactory>[0],
-  opts: { owner?: string } = {},
-): Promise<BullmqDriver> {
+export async function createBullmqDriver(ctx: Parameters<DriverFactory>[0]): Promise<BullmqDriver> {
   const { config, mode, logger } = ctx;
   // Every connection below (the producer's, admin's and delivery's too) shares this endpoint: its
   // TLS settings and one monitor that counts, logs and remembers Redis failures for /readyz.
@@ -87,7 +85,6 @@ export async function createBullmqDriver(
         prefix,
         sources,
         ttlMs: config.queue.lease_ttl_ms,
-        owner: opts.owner,
         logger,
         minReplicasAcked: config.queue.min_replicas_acked,
       });
@@ -116,7 +113,7 @@ export async function createBullmqDriver(
           prefix,
           source,
           config.queue.lease_ttl_ms,
-          `${defaultOwner()} (cursor command)`,
+          `${leaseOwner()} (cursor command)`,
           logger,
           config.queue.min_replicas_acked,
         ),
@@ -158,5 +155,3 @@ export async function createBullmqDriver(
     throw err;
   }
 }
-
-export const bullmqDriverFactory: DriverFactory = (ctx) => createBullmqDriver(ctx);

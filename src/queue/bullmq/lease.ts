@@ -4,7 +4,6 @@
 // holder had. Page commits check it (page-commit.ts): a holder that was
 // paused past its lease and resumes finds a newer token and writes nothing (fencing). How sources
 // spread over the replicas is leases.ts.
-import { hostname } from 'node:os';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { FeedsyncError } from '../../core/errors.js';
@@ -12,12 +11,11 @@ import type { SourceLeases } from '../driver.js';
 import { leaseKey, leaseTokenKey, pollersKey, type Keys } from './names.js';
 import { closeRedis, createRedisConnection, type RedisEndpoint } from './redis.js';
 import { ownerOf } from '../../lease/redis-scripts.js';
+import { leaseOwner } from '../../lease/rule.js';
 import { RedisLeases, type LeaseFence } from '../../lease/redis-leases.js';
 import { holdSource } from './source-hold.js';
 
 export type { LeaseFence };
-
-export const DEFAULT_LEASE_TTL_MS = 15_000;
 
 export interface RedisSourceLeases extends SourceLeases {
   /** The held lease of `source`, or undefined when this replica does not hold it. */
@@ -36,30 +34,23 @@ export interface RedisLeasesOptions {
   prefix: Keys;
   /** Every source the replicas share, for the fair share. */
   sources: string[];
-  ttlMs?: number;
+  /** queue.lease_ttl_ms (RedisLeases raises it to at least 1 s). */
+  ttlMs: number;
   /** Identifies this replica in logs, `status` and `cursor` refusals; default `host:pid`. */
   owner?: string;
   logger: Logger;
-  /** A connection instead of one made from redisUrl; the caller keeps ownership. */
-  connection?: Redis;
   /** queue.min_replicas_acked, for the fenced cursor save of `hold` (source-hold.ts). */
   minReplicasAcked?: number;
 }
 
-export function defaultOwner(): string {
-  return `${hostname()}:${process.pid}`;
-}
-
 export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLeases {
-  const ttl = Math.max(1_000, opts.ttlMs ?? DEFAULT_LEASE_TTL_MS);
-  const owner = opts.owner ?? defaultOwner();
-  const ownConnection = !opts.connection;
-  const client = opts.connection ?? createRedisConnection(opts.redisUrl, 'lock', opts.logger);
+  const owner = opts.owner ?? leaseOwner();
+  const client = createRedisConnection(opts.redisUrl, 'lock', opts.logger);
   const leases = new RedisLeases({
     client,
     membersKey: pollersKey(opts.prefix),
     owner,
-    ttlMs: ttl,
+    ttlMs: opts.ttlMs,
     logger: opts.logger,
     groupSize: () => opts.sources.length,
     what: 'source',
@@ -84,7 +75,7 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
         client,
         opts.prefix,
         source,
-        ttl,
+        opts.ttlMs,
         `${owner} (cursor command)`,
         opts.logger,
         opts.minReplicasAcked,
@@ -94,7 +85,7 @@ export function createRedisSourceLeases(opts: RedisLeasesOptions): RedisSourceLe
     held: () => leases.names(),
     async close() {
       await leases.close();
-      if (ownConnection) await closeRedis(client);
+      await closeRedis(client);
     },
   };
 }

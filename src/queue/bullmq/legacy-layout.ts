@@ -93,7 +93,7 @@ export function createLegacyOutboxMigration(opts: {
         );
         slices++;
       }
-      tx.hincrby(backlogKey(keys.queueTag(source)), sink, changes.length);
+      tx.hincrby(backlogKey(keys.of(source)), sink, changes.length);
     }
     await Promise.all(adds);
     tx.del(outbox);

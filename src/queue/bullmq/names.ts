@@ -71,11 +71,6 @@ export class KeySpace {
     return this.perSource ? `{${this.prefix}:${source}}` : bullPrefix(this.prefix);
   }
 
-  /** The tag (BullMQ prefix) of the shard queues `source`'s pages go to: shared on one Redis. */
-  queueTag(source: string): string {
-    return this.of(source);
-  }
-
   /** The tag of keys no source owns: poll replicas, dead-letter queues. */
   get shared(): string {
     return bullPrefix(this.prefix);

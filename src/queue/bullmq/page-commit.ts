@@ -288,7 +288,7 @@ export function createPageCommitter(opts: {
       catchUp ? undefined : connection.hkeys(lagKey),
       catchUp ? connection.hget(lagKey, catchUp.sink) : undefined,
     ]).catch(async (err: unknown) => {
-      if (watched.length) await unwatchKey(connection, knownKey).catch(() => undefined);
+      await unwatchKey(connection, knownKey).catch(() => undefined);
       throw err;
     });
     const storedCursor: FeedPosition | undefined =
@@ -346,7 +346,7 @@ export function createPageCommitter(opts: {
         const target = { cursor: plan.cursor, seenAbove: plan.seenAbove };
         const moves = !plan.from || !samePosition(plan.from, target);
         if (moves && samePosition(storedCursor, target)) {
-          if (watched.length) await unwatchKey(connection, knownKey);
+          await unwatchKey(connection, knownKey);
           // The earlier try may have failed its own WAIT (or run on a connection since replaced):
           // the page counts as committed only once the replicas have it.
           await awaitReplicas(connection, minReplicas, `the page commit of ${plan.source}`, {
@@ -359,7 +359,7 @@ export function createPageCommitter(opts: {
         // (or a cursor moved meanwhile) sends the poller back to what Redis holds, so the pages
         // it forgot are read again instead of skipped.
         if (plan.from && storedCursor && !samePosition(storedCursor, plan.from)) {
-          if (watched.length) await unwatchKey(connection, knownKey);
+          await unwatchKey(connection, knownKey);
           throw new PositionLost(plan.source, plan.from, storedCursor);
         }
       }
@@ -509,7 +509,7 @@ export function createPageCommitter(opts: {
       if (catchUp) return ((results.at(-1)?.[1] ?? []) as (string | number)[]).map(Number);
       return 'committed';
     } catch (err) {
-      if (watched.length) await unwatchKey(connection, knownKey).catch(() => undefined);
+      await unwatchKey(connection, knownKey).catch(() => undefined);
       throw err;
     }
   }

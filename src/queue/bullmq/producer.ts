@@ -55,8 +55,6 @@ export interface BullmqProducerOptions {
    * commit is fenced by it. Without leases commits are unfenced (one-off tools, tests).
    */
   leases?: Pick<RedisSourceLeases, 'fence' | 'markLost'>;
-  /** A connection to use instead of one made from `queue.redis_url`; the caller keeps ownership. */
-  connection?: Redis;
   /** Where the keys are (default: one Redis, queue.prefix). */
   keys?: KeySpace;
   /** Give up on a page after this long (default 10 s); see commitPage. */
@@ -96,15 +94,12 @@ const DEFAULT_ADD_TIMEOUT_MS = 10_000;
 export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProducer {
   const config = opts.queue;
   for (const sink of opts.sinks) assertSinkName(sink.name);
-  const ownConnection = !opts.connection;
-  const connection = opts.connection ?? createRedisConnection(redisEndpoint(config), 'producer', opts.logger);
+  const connection = createRedisConnection(redisEndpoint(config), 'producer', opts.logger);
   const keys = opts.keys ?? KeySpace.single(config.prefix);
   const shards = shardIndexes(config.shards);
   const addTimeoutMs = opts.addTimeoutMs ?? DEFAULT_ADD_TIMEOUT_MS;
   // Commits WATCH the lease token, which needs a connection nothing else runs transactions on.
-  const commitConnection = opts.connection
-    ? opts.connection.duplicate()
-    : createRedisConnection(redisEndpoint(config), 'producer', opts.logger);
+  const commitConnection = createRedisConnection(redisEndpoint(config), 'producer', opts.logger);
   const opened: Queue<ChangeSlice>[] = [];
   const openQueue = (tag: string, sink: string, shard: number, on: Redis) => {
     const queue = new Queue<ChangeSlice>(shardQueueName(sink, shard), { connection: on, prefix: tag });
@@ -148,8 +143,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     jobOptions: sliceJobOptions(config),
     logger: opts.logger,
     exclusive: (work) => committer.exclusive(work),
-    queuesOf: (source, sink) =>
-      sinks.find((s) => s.name === sink)?.queuesAt(keys.queueTag(source)).commitQueues,
+    queuesOf: (source, sink) => sinks.find((s) => s.name === sink)?.queuesAt(keys.of(source)).commitQueues,
   });
 
   /**
@@ -263,7 +257,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
 
   /** The slices of one sink's changes: grouped by shard, feed order kept inside each shard. */
   function planSlices(sink: (typeof sinks)[number], source: string, changes: Change[]): PlannedSlice[] {
-    const queues = sink.queuesAt(keys.queueTag(source)).commitQueues;
+    const queues = sink.queuesAt(keys.of(source)).commitQueues;
     const perShard = new Map<number, Change[]>();
     for (const change of changes) {
       const shard = shardOf(change, queues.length);
@@ -471,7 +465,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     closed ??= (async () => {
       await Promise.allSettled(opened.map((q) => q.close()));
       await closeRedis(commitConnection);
-      if (ownConnection) await closeRedis(connection);
+      await closeRedis(connection);
     })();
     return closed;
   }

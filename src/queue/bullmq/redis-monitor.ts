@@ -153,11 +153,6 @@ function problemKey(role: Role, command: CommandId | undefined): string {
 
 const monitors = new WeakMap<Redis, RedisMonitor>();
 
-/** The monitor watching `client` (every connection made by createRedisConnection has one). */
-export function monitorOf(client: Redis): RedisMonitor | undefined {
-  return monitors.get(client);
-}
-
 /**
  * A warning about a Redis failure that the caller retries, through the monitor of the connection
  * it happened on: once, then at most once a minute with a count, and at debug level when the

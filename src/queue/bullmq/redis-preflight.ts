@@ -10,7 +10,6 @@ import { classifyRedisError, redisErrorHint } from './redis-errors.js';
 import { multiHostKind, parseMultiHostUrl } from './redis-multi-host.js';
 import {
   describeTarget,
-  isRedisClient,
   onEveryPrimary,
   parseRedisUrl,
   redactRedisUrl,
@@ -218,12 +217,8 @@ function exchange(
  */
 export async function redisAllowsInfo(target: RedisTarget, logger: Logger): Promise<boolean> {
   // The probe's own connection must not run INFO in ioredis' ready check (it would warn on stderr).
-  const probe: RedisTarget =
-    typeof target === 'string'
-      ? { url: target, infoRefused: true }
-      : isRedisClient(target)
-        ? target
-        : { ...target, infoRefused: true };
+  const probe: RedisEndpoint =
+    typeof target === 'string' ? { url: target, infoRefused: true } : { ...target, infoRefused: true };
   return withClient(probe, logger, async (client) => {
     try {
       await client.info('server');

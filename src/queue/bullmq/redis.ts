@@ -6,6 +6,7 @@ import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis'
 import type { ConnectionOptions } from 'node:tls';
 import type { Logger } from 'pino';
 import type { QueueConfig } from '../../config/types.js';
+import { withDeadline } from '../../backoff.js';
 import { errorMessage, FeedsyncError } from '../../core/errors.js';
 import type { PipelineEvents } from '../../core/events.js';
 import { classifyRedisError } from './redis-errors.js';
@@ -393,20 +394,15 @@ function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms).unref());
 }
 
-export function isRedisClient(target: unknown): target is Redis {
-  return target instanceof Redis || target instanceof Cluster;
-}
+/** A Redis URL or endpoint to connect to. */
+export type RedisTarget = string | RedisEndpoint;
 
-/** A Redis URL or endpoint to connect to, or a connection to use as it is. */
-export type RedisTarget = string | RedisEndpoint | Redis;
-
-/** Run `fn` on `target`; a URL or endpoint gets a temporary admin connection closed afterwards. */
+/** Run `fn` on a temporary admin connection to `target`, closed afterwards. */
 export async function withClient<T>(
   target: RedisTarget,
   logger: Logger,
   fn: (client: Redis) => Promise<T>,
 ): Promise<T> {
-  if (isRedisClient(target)) return fn(target);
   const client = createRedisConnection(target, 'admin', logger);
   try {
     // A cluster client holds its commands until it has a slot map, for ever when no node answers:
@@ -432,30 +428,15 @@ export async function withClient<T>(
 const ONE_OFF_READY_MS = 5_000;
 
 /** PING with a deadline: true when Redis answered PONG (for /readyz). */
-export async function pingRedis(target: RedisTarget, logger: Logger, timeoutMs = 2_000): Promise<boolean> {
-  return withClient(target, logger, (client) => pingClient(client, timeoutMs));
-}
-
 export async function pingClient(client: Redis, timeoutMs: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
   try {
-    const answer = await Promise.race([
-      client.ping(),
-      new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error('timeout')), timeoutMs);
-      }),
-    ]);
-    return answer === 'PONG';
+    return (await withDeadline(client.ping(), timeoutMs)) === 'PONG';
   } catch {
     return false;
-  } finally {
-    clearTimeout(timer);
   }
 }
 
 /** The URL of `target` without credentials, for messages. */
 export function describeTarget(target: RedisTarget): string {
-  if (typeof target === 'string') return redactRedisUrl(target);
-  if (isRedisClient(target)) return 'queue.redis_url';
-  return redactRedisUrl(target.url);
+  return redactRedisUrl(typeof target === 'string' ? target : target.url);
 }

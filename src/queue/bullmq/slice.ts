@@ -62,8 +62,7 @@ const SLICE_LENGTHS = '],"lengths":[';
 
 /**
  * A job's data as SliceJob wrote it, each change parsed from its own text (which it keeps, so
- * it is not serialised again); anything else (an earlier release's slice, a one-change job) is
- * parsed whole.
+ * it is not serialised again); anything else (an earlier release's slice) is parsed whole.
  */
 export function readSlice(raw: string | undefined): unknown {
   const text = raw || '{}';
@@ -112,18 +111,14 @@ export function retrySliceJobId(change: Pick<Change, 'key'>): string {
 }
 
 /**
- * The changes of a job. Jobs queued before slices existed carry one change as their data; they are
- * read as one-change slices so an upgrade with a non-empty queue delivers them too.
+ * The changes of a slice job. Only slices are read: the earliest release an upgrade starts from
+ * (test/reliability-bullmq/upgrade.test.ts) queues nothing else.
  */
 export function changesOf(data: unknown, jobId?: string): Change[] {
   if (isRecord(data) && Array.isArray(data.changes) && data.changes.every(isChange)) {
     return data.changes;
   }
-  if (isChange(data)) return [data];
-  throw new FeedsyncError(
-    `bullmq job ${jobId ?? '(no id)'}: data is neither a slice { changes: [...] } nor a change`,
-    false,
-  );
+  throw new FeedsyncError(`bullmq job ${jobId ?? '(no id)'}: data is not a slice { changes: [...] }`, false);
 }
 
 /**
