@@ -120,6 +120,28 @@ describe('bullmq slices', () => {
     expect(h.finished.filter((e) => e.outcome === 'ok')).toHaveLength(60);
   });
 
+  it('queues each shard in rounds: a batch runs a round long, each subject in feed order', async () => {
+    const config = queueConfig(redis.url, { shards: 2, concurrency: 2 });
+    const file = new BatchRecordingSink();
+    const h = harness(config, { file });
+    // Each subject's five changes come together in the feed: in feed order a batch would stop at
+    // every second change.
+    const changes = range(0, 30).map((i) => makeChange(100 + i, { subject: `s${Math.floor(i / 5)}` }));
+    await h.producer.commitPage({ source: 'scheduling', changes, cursor: 129, seenAbove: [] });
+    await h.runner.start();
+    await waitFor('30 deliveries', () => file.delivered.length >= 30);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(file.keys().sort()).toEqual(changes.map((c) => c.key).sort());
+    expect(file.sameSubjectBatches).toEqual([]);
+    // Five rounds per shard that has subjects, each one batch: no change went alone.
+    expect(file.batches.flat()).toHaveLength(30);
+    expect(file.batches.length).toBeLessThanOrEqual(10);
+    for (let s = 0; s < 6; s++) {
+      const ids = file.delivered.filter((c) => c.subject_url === `s${s}`).map((c) => c.event_id);
+      expect(ids).toEqual(range(100 + 5 * s, 5));
+    }
+  });
+
   it('delivers a slice left without its commit count (the front of a transaction Redis replayed), counting nothing out for it', async () => {
     const config = queueConfig(redis.url, { shards: 1 });
     const file = new BatchRecordingSink();

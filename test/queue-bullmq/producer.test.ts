@@ -462,9 +462,11 @@ describe('bullmq producer', () => {
   });
 
   it('keeps feed order inside a shard (shards: 1 gives the whole feed order)', async () => {
-    const config = queueConfig(redis.url, { shards: 1, concurrency: 1 });
+    // Any concurrency: a shard is delivered one slice, one change or batch at a time.
+    const config = queueConfig(redis.url, { shards: 1, concurrency: 4 });
     const producer = producerFor(config, [{ name: 'file' }]);
-    const changes = range(1, 25).map((id) => makeChange(id, { subject: `s${id % 5}` }));
+    // Each subject's changes together: a shard of several (slice.ts inRounds) would reorder them.
+    const changes = range(1, 25).map((id) => makeChange(id, { subject: `s${Math.floor(id / 5)}` }));
     await producer.commitPage({
       source: 'scheduling',
       changes: changes.slice(0, 10),

@@ -43,7 +43,7 @@ import {
 import { createLegacyOutboxMigration } from './legacy-layout.js';
 import { readLagging } from './positions-admin.js';
 import { closeRedis, createRedisConnection, redisEndpoint, whenReady } from './redis.js';
-import { sliceJobOptions, type ChangeSlice } from './slice.js';
+import { inRounds, sliceJobOptions, type ChangeSlice } from './slice.js';
 import { luaScript, runScript } from './scripts.js';
 
 export interface BullmqProducerOptions {
@@ -255,7 +255,10 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     return queued;
   }
 
-  /** The slices of one sink's changes: grouped by shard, feed order kept inside each shard. */
+  /**
+   * The slices of one sink's changes, grouped by shard: in rounds (slice.ts inRounds), or in feed
+   * order when one shard holds the whole feed.
+   */
   function planSlices(sink: (typeof sinks)[number], source: string, changes: Change[]): PlannedSlice[] {
     const queues = sink.queuesAt(keys.of(source)).commitQueues;
     const perShard = new Map<number, Change[]>();
@@ -269,7 +272,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
       sink: sink.name,
       shard,
       queue: queues[shard]!,
-      changes: list,
+      changes: queues.length > 1 ? inRounds(list) : list,
     }));
   }
 
