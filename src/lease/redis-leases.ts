@@ -49,6 +49,8 @@ export interface LeaseFence {
   tokenKey: string;
   value: string;
   token: number;
+  /** The lease's TTL: what a write that restores the lease (HELD) gives it. */
+  ttlMs: number;
 }
 
 export interface HeldRedisLease {
@@ -269,7 +271,13 @@ export class RedisLeases {
     return {
       lease: {
         spec,
-        fence: { leaseKey: spec.key, tokenKey: spec.tokenKey, value: String(reply[1]), token },
+        fence: {
+          leaseKey: spec.key,
+          tokenKey: spec.tokenKey,
+          value: String(reply[1]),
+          token,
+          ttlMs: this.ttl,
+        },
         holding: new Holding(this.ttl, sent),
       },
     };

@@ -58,6 +58,36 @@ local function held(leaseKey, tokenKey, value, ttl)
   return true
 end`;
 
+/**
+ * What HELD's `held()` will decide, from the lease key and the token counter read beforehand:
+ * undefined when the lease is the holder's `value` (or may be restored for it), else why not. A
+ * page commit checks this before it queues anything, with both keys WATCHed until its EXEC, so the
+ * script's held() finds the same.
+ */
+export function heldRefusal(
+  value: string,
+  token: number,
+  lease: string | null,
+  counter: string | null,
+): string | undefined {
+  if (lease === value) return undefined;
+  if (lease !== null) {
+    const shown = tokenOf(lease);
+    if (shown === undefined || shown >= token)
+      return `the lease is held under token ${shown ?? 'unknown'}, ours is ${token}`;
+  }
+  const last = Number(counter ?? '0') || 0;
+  if (last > token) return `token ${last} was handed out after ours, ${token}`;
+  return undefined;
+}
+
+/** The token of a lease value `<token> <owner>`, as HELD's `^(%d+) ` reads it. */
+function tokenOf(value: string): number | undefined {
+  const space = value.indexOf(' ');
+  const digits = space > 0 ? value.slice(0, space) : '';
+  return /^\d+$/.test(digits) ? Number(digits) : undefined;
+}
+
 // Only the holder may extend. KEYS: lease, its token counter. ARGV: the lease value, TTL.
 export const RENEW = luaScript(
   'renew_lease',

@@ -548,14 +548,14 @@ describe('bullmq producer', () => {
   });
 });
 
-describe('bullmq producer: a lease that runs out in the middle of a commit', () => {
-  it('lets none of the page in (the lease key is WATCHed: its expiry aborts EXEC), and says the lease expired', async () => {
+describe('bullmq producer: the source lease as the commit finds it', () => {
+  const setup = async (lease: string | null, counter: string, ttlMs = 10_000) => {
     const config = queueConfig(redis.url);
     const tokenKey = `{${config.prefix}}:lease-token:scheduling`;
     const leaseKey = `{${config.prefix}}:lease:scheduling`;
-    await inspector.set(tokenKey, '7');
-    await inspector.set(leaseKey, '7 me', 'PX', 400);
-    const fence = { source: 'scheduling', tokenKey, leaseKey, token: 7, value: '7 me' };
+    await inspector.set(tokenKey, counter);
+    if (lease !== null) await inspector.set(leaseKey, lease, 'PX', ttlMs);
+    const fence = { tokenKey, leaseKey, token: 7, value: '7 me', ttlMs: 5_000 };
     const producer = createBullmqProducer({
       queue: config,
       sinks: [{ name: 'file', filter: ANY }],
@@ -563,23 +563,73 @@ describe('bullmq producer: a lease that runs out in the middle of a commit', () 
       leases: { fence: () => fence, markLost: () => undefined },
     });
     cleanups.push(() => producer.close());
-    // The page's job adds are queued on the MULTI only after this delay: the lease, valid when the
-    // commit checked it, has expired by EXEC (as when Redis freezes mid-commit).
+    const page = { source: 'scheduling', changes: [makeChange(1), makeChange(2)], cursor: 2, seenAbove: [] };
+    return { config, tokenKey, leaseKey, producer, page };
+  };
+
+  /** Queues the page's job adds on the MULTI only after `ms`, running `meanwhile` first. */
+  const slowAdds = (ms: number, meanwhile: () => Promise<unknown> = async () => undefined) => {
     const addJob = Job.prototype.addJob;
+    let ran = false;
     const spy = vi.spyOn(Job.prototype, 'addJob').mockImplementation(async function (this: Job, ...args) {
-      await new Promise((r) => setTimeout(r, 600));
+      if (!ran) {
+        ran = true;
+        await meanwhile();
+      }
+      await new Promise((r) => setTimeout(r, ms));
       return addJob.apply(this, args as Parameters<typeof addJob>);
     });
     cleanups.push(async () => spy.mockRestore());
-    await expect(
-      producer.commitPage({
-        source: 'scheduling',
-        changes: [makeChange(1), makeChange(2)],
-        cursor: 2,
-        seenAbove: [],
-      }),
-    ).rejects.toThrow(/lease/);
+  };
+
+  it('a lease that runs out mid-commit with nobody taking it: the EXEC is aborted, the retry restores it and goes in whole', async () => {
+    const { config, leaseKey, producer, page } = await setup('7 me', '7', 400);
+    // The lease, valid when the commit checked it, has expired by EXEC (Redis frozen mid-commit).
+    slowAdds(600);
+    await producer.commitPage(page);
+    const jobs = await sliceJobs(config, 'file', ['wait', 'active', 'completed']);
+    expect(
+      jobs
+        .flatMap((j) => j.changes)
+        .map((c) => c.event_id)
+        .sort(),
+    ).toEqual([1, 2]);
+    expect(await cursorIn(config)).toBe('2');
+    expect(await commitStats(config)).toEqual({ pages: '1', slices: String(jobs.length), changes: '2' });
+    expect(await inspector.get(leaseKey)).toBe('7 me');
+    expect(await inspector.pttl(leaseKey)).toBeGreaterThan(4_000);
+  });
+
+  it('a lease another process took mid-commit lets none of the page in, and says so', async () => {
+    const { config, leaseKey, tokenKey, producer, page } = await setup('7 me', '7');
+    slowAdds(300, async () => {
+      await inspector.set(tokenKey, '8');
+      await inspector.set(leaseKey, '8 other', 'PX', 10_000);
+    });
+    await expect(producer.commitPage(page)).rejects.toThrow(/lease is held under token 8/);
     expect(await sliceJobs(config, 'file', ['wait', 'active', 'completed'])).toHaveLength(0);
     expect(await cursorIn(config)).toBeNull();
+    expect(await inspector.get(leaseKey)).toBe('8 other');
+  });
+
+  it('a lease Redis forgot, or shows from before it, is restored by the commit unless a newer token was handed out', async () => {
+    // Redis lost its last second of writes: it shows the previous holder's lease and counter.
+    const rolledBack = await setup('5 before', '5');
+    await rolledBack.producer.commitPage(rolledBack.page);
+    expect(await cursorIn(rolledBack.config)).toBe('2');
+    expect(await inspector.get(rolledBack.leaseKey)).toBe('7 me');
+    expect(await inspector.get(rolledBack.tokenKey)).toBe('7');
+    await inspector.flushall();
+    // ... or no lease at all.
+    const forgotten = await setup(null, '0');
+    await forgotten.producer.commitPage(forgotten.page);
+    expect(await cursorIn(forgotten.config)).toBe('2');
+    expect(await inspector.get(forgotten.leaseKey)).toBe('7 me');
+    await inspector.flushall();
+    // A token above ours was handed out since: never restored, nothing written.
+    const newer = await setup(null, '9');
+    await expect(newer.producer.commitPage(newer.page)).rejects.toThrow(/token 9 was handed out after ours/);
+    expect(await cursorIn(newer.config)).toBeNull();
+    expect(await inspector.get(newer.leaseKey)).toBeNull();
   });
 });

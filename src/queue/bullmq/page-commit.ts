@@ -47,6 +47,7 @@ import {
 import { nodeForKey, unwatchKey } from './redis.js';
 import { awaitReplicas } from './replication.js';
 import { luaScript, queueScript, reconnectIfFlushed } from './scripts.js';
+import { HELD, heldRefusal } from '../../lease/redis-scripts.js';
 import {
   commitToken,
   COUNTED_SLICE,
@@ -57,23 +58,27 @@ import {
 } from './slice.js';
 import { cursorFields, parseSeen } from './source-state.js';
 
-// KEYS: state hash, stats hash, lease key, backlog hash, lagging-sinks hash, known-sinks hash,
-// the parked-ids set of every sink passed (ARGV[6].pass order), then the job hash of every slice.
-// ARGV: cursor, seen_above, now, the lease value ('' when unfenced), the changes queued per sink
-// (JSON; counted in the backlog here), the sinks this page parks (sink → its lagging entry) and
-// passes (their ids) as JSON, the number of slices.
+// KEYS: state hash, stats hash, lease key, backlog hash, lagging-sinks hash, known-sinks hash, the
+// lease's token counter, the parked-ids set of every sink passed (ARGV[6].pass order), then the
+// job hash of every slice. ARGV: cursor, seen_above, now, the lease value ('' when unfenced), the
+// changes queued per sink (JSON; counted in the backlog here), the sinks this page parks (sink →
+// its lagging entry) and passes (their ids) as JSON, the number of slices, the slices' name, the
+// lease TTL.
 // The lease is checked again here, inside the transaction, besides the WATCH: whatever happens to
-// the connection, a cursor moves only under the lease that read the page. The backlog counts
+// the connection, a cursor moves only under the lease that read the page. It is checked as every
+// holder's write checks it (redis-scripts.ts HELD): a lease a Redis that lost its last writes
+// forgot, or shows from before it, is restored for its holder unless a newer token was handed out,
+// instead of the source being given up for a TTL. The backlog counts
 // changes (not slices) per sink, so `max_backlog`, `status` and the metrics mean the same thing
 // with both drivers; the progress script of the workers (shard-lease.ts) counts them out.
 const WRITE_CURSOR = luaScript(
   'write_cursor',
-  `
-if ARGV[4] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[4] then
+  `${HELD}
+if ARGV[4] ~= '' and not held(KEYS[3], KEYS[7], ARGV[4], ARGV[9]) then
   return redis.error_reply('FENCED the source lease is no longer ours; cursor not moved')
 end
 local lag = cjson.decode(ARGV[6])
-local jobs = 7 + #lag.pass
+local jobs = 8 + #lag.pass
 for i = jobs, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 0 then
     return redis.error_reply('job ' .. KEYS[i] .. ' of the page is missing; cursor not moved')
@@ -88,8 +93,8 @@ for sink, entry in pairs(lag.park) do
 end
 for i, sink in ipairs(lag.pass) do
   local ids = lag.ids[i]
-  if #ids > 0 and redis.call('SCARD', KEYS[6 + i]) < lag.max then
-    for j = 1, #ids, 1000 do redis.call('SADD', KEYS[6 + i], unpack(ids, j, math.min(j + 999, #ids))) end
+  if #ids > 0 and redis.call('SCARD', KEYS[7 + i]) < lag.max then
+    for j = 1, #ids, 1000 do redis.call('SADD', KEYS[7 + i], unpack(ids, j, math.min(j + 999, #ids))) end
   end
 end
 redis.call('HSET', KEYS[1], 'cursor', ARGV[1], 'seen_above', ARGV[2], 'updated_at', ARGV[3])
@@ -105,27 +110,27 @@ return 1`,
 );
 
 // One catch-up page of one sink (sink-positions.ts). KEYS: lease key, known-sinks hash,
-// lagging-sinks hash, the sink's parked-ids set, backlog hash, lost-upstream hash, then the job
-// hash of every slice. ARGV: the lease value, sink, generation, its new lagging entry, '1' to
-// rejoin the shared stream, the ids it saw (JSON), the changes queued (counted in the backlog
-// here), now, the lost ids kept.
+// lagging-sinks hash, the sink's parked-ids set, backlog hash, lost-upstream hash, the lease's
+// token counter, then the job hash of every slice. ARGV: the lease value, sink, generation, its new
+// lagging entry, '1' to rejoin the shared stream, the ids it saw (JSON), the changes queued
+// (counted in the backlog here), now, the lost ids kept, the slices' name, the lease TTL.
 // Refused unless the sink is still lagging with that generation (a replay moved it). Returns, on
 // rejoining, the parked ids never seen again.
 const CATCH_UP = luaScript(
   'catch_up',
-  `
-if ARGV[1] ~= '' and redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  `${HELD}
+if ARGV[1] ~= '' and not held(KEYS[1], KEYS[7], ARGV[1], ARGV[11]) then
   return redis.error_reply('FENCED the source lease is no longer ours; catch-up not committed')
 end
 if redis.call('HGET', KEYS[2], ARGV[2]) ~= ARGV[3] or redis.call('HEXISTS', KEYS[3], ARGV[2]) == 0 then
   return redis.error_reply('REFUSED the sink was moved meanwhile; catch-up not committed')
 end
-for i = 7, #KEYS do
+for i = 8, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 0 then
     return redis.error_reply('job ' .. KEYS[i] .. ' of the page is missing; position not moved')
   end
 end
-for i = 7, #KEYS do redis.call('HSET', KEYS[i], 'name', ARGV[10]) end
+for i = 8, #KEYS do redis.call('HSET', KEYS[i], 'name', ARGV[10]) end
 local ids = cjson.decode(ARGV[6])
 for j = 1, #ids, 1000 do redis.call('SREM', KEYS[4], unpack(ids, j, math.min(j + 999, #ids))) end
 if tonumber(ARGV[7]) > 0 then redis.call('HINCRBY', KEYS[5], ARGV[2], ARGV[7]) end
@@ -294,15 +299,11 @@ export function createPageCommitter(opts: {
     const storedCursor: FeedPosition | undefined =
       cursor === null ? undefined : { cursor: Number(cursor), seenAbove: parseSeen(seen) };
     if (fence && fenceValues) {
-      const [token, lease] = fenceValues;
-      if (token !== String(fence.token) || lease !== fence.value) {
+      const [counter, lease] = fenceValues;
+      const refusal = heldRefusal(fence.value, fence.token, lease, counter);
+      if (refusal) {
         await unwatchKey(connection, knownKey);
-        throw new LeaseFencedError(
-          plan.source,
-          token !== String(fence.token)
-            ? `token ${token} is newer than ours, ${fence.token}`
-            : 'the lease expired',
-        );
+        throw new LeaseFencedError(plan.source, refusal);
       }
     }
     try {
@@ -395,6 +396,7 @@ export function createPageCommitter(opts: {
             parkedIdsKey(prefix, plan.source, sink),
             backlogKey(tag),
             lostKey(prefix, plan.source),
+            fence?.tokenKey ?? knownKey,
             ...jobKeys,
           ],
           [
@@ -408,6 +410,7 @@ export function createPageCommitter(opts: {
             String(Date.now()),
             String(LOST_IDS_KEPT),
             COUNTED_SLICE,
+            String(fence?.ttlMs ?? 0),
           ],
         );
       } else {
@@ -437,6 +440,7 @@ export function createPageCommitter(opts: {
             backlogKey(tag),
             laggingKey(prefix, plan.source),
             knownKey,
+            fence?.tokenKey ?? stateKey,
             ...pass.map((sink) => parkedIdsKey(prefix, plan.source, sink)),
             ...jobKeys,
           ],
@@ -449,6 +453,7 @@ export function createPageCommitter(opts: {
             JSON.stringify(lagArg),
             String(plan.slices.length),
             COUNTED_SLICE,
+            String(fence?.ttlMs ?? 0),
           ],
         );
       }
@@ -461,10 +466,11 @@ export function createPageCommitter(opts: {
       if (results === null) {
         // A watched key moved: the fence (another replica, or the lease expired), a renewal of our
         // own lease, or the known sinks (a replay): nothing was written.
-        const [token, lease] = fence ? await connection.mget(fence.tokenKey, fence.leaseKey) : [];
-        if (fence && token !== String(fence.token))
-          throw new LeaseFencedError(plan.source, 'another replica took the lease meanwhile');
-        if (fence && lease !== fence.value) throw new LeaseFencedError(plan.source, 'the lease expired');
+        if (fence) {
+          const [counter, lease] = await connection.mget(fence.tokenKey, fence.leaseKey);
+          const refusal = heldRefusal(fence.value, fence.token, lease ?? null, counter ?? null);
+          if (refusal) throw new LeaseFencedError(plan.source, `${refusal} (taken meanwhile)`);
+        }
         if (catchUp) {
           const now = await connection.hget(knownKey, catchUp.sink);
           if (now !== String(catchUp.generation))

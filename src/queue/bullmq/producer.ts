@@ -181,15 +181,12 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     await queuesOpen().catch((err: unknown) => {
       throw cannotQueue(commit.source, commit.cursor, err);
     });
-    const fence = opts.leases?.fence(commit.source);
-    if (opts.leases && !fence)
-      throw new LeaseFencedError(commit.source, 'this replica does not hold the lease');
     // What an earlier release left in the source's outbox is older than this page.
-    await legacy.migrate(commit.source, fence);
+    await legacy.migrate(commit.source, fenceOf(commit.source));
     // Bounded like the commit: BullMQ waits for the very first "ready" without limit.
     for (let attempt = 1; ; attempt++) {
       try {
-        return await commitShared(commit, fence);
+        return await commitShared(commit, fenceOf(commit.source));
       } catch (err) {
         // A replay moved a sink between the plan and the commit: plan again with what Redis holds.
         if (!(err instanceof CommitRaced) || attempt >= 3) throw err;
@@ -306,6 +303,16 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     return result.value;
   }
 
+  /**
+   * The source's lease as this replica holds it, asked before every try: a holder whose own clock
+   * says the lease ran out (rule.ts) starts nothing more, even where Redis would still restore it.
+   */
+  function fenceOf(source: string): LeaseFence | undefined {
+    const fence = opts.leases?.fence(source);
+    if (opts.leases && !fence) throw new LeaseFencedError(source, 'this replica does not hold the lease');
+    return fence;
+  }
+
   /** Counted in at once (the next read replaces them with Redis's figures): parking needs no round trip. */
   function countQueued(queued: Record<string, number>): void {
     for (const [sink, n] of Object.entries(queued)) {
@@ -321,10 +328,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
 
   async function commitCatchUp(commit: CatchUpCommit): Promise<CatchUpResult> {
     await queuesOpen();
-    const fence = opts.leases?.fence(commit.source);
-    if (opts.leases && !fence)
-      throw new LeaseFencedError(commit.source, 'this replica does not hold the lease');
-    await legacy.migrate(commit.source, fence);
+    await legacy.migrate(commit.source, fenceOf(commit.source));
     const sink = sinks.find((s) => s.name === commit.sink);
     const wanted = sink ? commit.changes.filter((change) => passesFilter(sink.filter, change)) : [];
     const plan: PagePlan = {
@@ -352,7 +356,7 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
     let lost: Awaited<ReturnType<typeof commitPlan>> | undefined;
     for (let attempt = 1; lost === undefined; attempt++) {
       try {
-        lost = await commitPlan(plan, fence);
+        lost = await commitPlan(plan, fenceOf(commit.source));
       } catch (err) {
         // Raced a renewal of the lease (WATCHed): nothing written, the page is still good.
         if (!(err instanceof CommitRaced) || attempt >= 3) throw err;
