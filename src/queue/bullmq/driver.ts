@@ -3,6 +3,7 @@
 // page is one transaction (page-commit.ts). See docs/scaled-mode.md.
 import type { DriverFactory, QueueDriver, SourceLeases, SourceState } from '../driver.js';
 import { FeedsyncError } from '../../core/errors.js';
+import { Releasers } from '../../releasers.js';
 import { createBullmqAdmin } from './admin.js';
 import { createBullmqDelivery } from './delivery.js';
 import { leaseOwner } from '../../lease/rule.js';
@@ -59,22 +60,22 @@ export async function createBullmqDriver(ctx: Parameters<DriverFactory>[0]): Pro
       config.queue.min_replicas_acked,
     );
 
-  const releasers: (() => Promise<void>)[] = [];
+  const releasers = new Releasers();
   // Last out (releasers run in reverse): the counts of repeated warnings are logged once all is shut.
-  releasers.push(async () => endpoint.monitor?.close());
-  const close = async (): Promise<void> => {
-    for (const release of releasers.splice(0).reverse()) await release().catch(() => undefined);
-  };
+  releasers.add('redis monitor', () => endpoint.monitor?.close());
+  // Closing lets go of what Redis holds (leases, connections) as far as Redis answers; nothing of
+  // it may fail a stop.
+  const close = async (): Promise<void> => void (await releasers.close());
   try {
     const stateConnection = createRedisConnection(endpoint, 'admin', logger);
-    releasers.push(() => closeRedis(stateConnection));
+    releasers.add('state connection', () => closeRedis(stateConnection));
     const admin = createBullmqAdmin({
       queue: config.queue,
       sinkNames: config.sinks.map((s) => s.name),
       logger,
       keys: prefix,
     });
-    releasers.push(() => admin.close());
+    releasers.add('admin', () => admin.close());
     const stored = createRedisSourceState(stateConnection, prefix);
 
     let leases: RedisSourceLeases | undefined;
@@ -89,7 +90,7 @@ export async function createBullmqDriver(ctx: Parameters<DriverFactory>[0]): Pro
         minReplicasAcked: config.queue.min_replicas_acked,
       });
       // Released after the producer closes (releasers run in reverse).
-      releasers.push(() => l.close());
+      releasers.add('source leases', () => l.close());
       leases = l;
       const p = createBullmqProducer({
         queue: config.queue,
@@ -99,7 +100,7 @@ export async function createBullmqDriver(ctx: Parameters<DriverFactory>[0]): Pro
         events: ctx.events,
         keys: prefix,
       });
-      releasers.push(() => p.close());
+      releasers.add('producer', () => p.close());
       producer = p;
     }
     const sourceLeases: SourceLeases = leases ?? {
