@@ -4,9 +4,10 @@
 // BullMQ adds a job with a Lua script; Job.addJob(transaction) queues that script call on an
 // ioredis MULTI instead of running it (the way Queue.addBulk and FlowProducer add atomically).
 // Fencing: the transaction runs under WATCH of the source's lease-token counter, which only changes
-// when some replica acquires the lease. Before MULTI the token and the lease value are compared
-// with ours; if another replica took the lease after that, EXEC aborts and nothing is written. A
-// paused old holder therefore never overwrites a newer cursor nor adds jobs.
+// when some replica acquires the lease. Before MULTI the token and the lease value are read and
+// judged as the cursor script's HELD will judge them (heldRefusal); if another replica took the
+// lease after that, EXEC aborts and nothing is written. A paused old holder therefore never
+// overwrites a newer cursor nor adds jobs.
 //
 // MULTI does not roll back a command that fails at run time, so the cursor is written last, by a
 // script that first checks every job of the page exists: a failed add leaves the cursor where it
@@ -270,10 +271,10 @@ export function createPageCommitter(opts: {
     // Both watch the known-sinks hash, which every park, backfill and replay bumps: a sink moved
     // after the plan was made aborts the EXEC (a shared page planned it as live, or a catch-up
     // page was read for its previous position).
-    // And the lease key itself: since Redis 6.0.9 a watched key that EXPIRES aborts the EXEC, so a
-    // lease that runs out between this check and EXEC (Redis frozen, a stalled commit) cannot let
-    // the page's jobs in while the cursor script refuses the cursor (orphan jobs delivered twice
-    // once the next holder re-reads a different page). A renewal meanwhile aborts it too: retried.
+    // And the lease key itself: since Redis 6.0.9 a watched key that EXPIRES aborts the EXEC. A
+    // takeover already moves the token counter, and a lease that merely ran out is restored by the
+    // cursor script's HELD, so this WATCH only makes the commit re-read the lease (a renewal
+    // meanwhile aborts it too: retried); it never lets jobs in without their cursor.
     // A catch-up page also watches the sink's position (the lagging-sinks hash), which another
     // catch-up commit moves: the same check as a shared page's cursor, for its own reader.
     const lagKey = laggingKey(prefix, plan.source);
