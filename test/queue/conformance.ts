@@ -219,6 +219,9 @@ export function describeQueueDriverConformance(name: string, harness: DriverHarn
       await q.commit([refused, fine]);
       await waitFor(async () => (await q.counts('sink')).dead === 1, 20_000, 'one dead letter');
       await waitFor(() => sink.delivered.length === 1, 20_000, 'the other change delivered');
+      // The outcome is reported once the dead letter's write is answered, which a count read on
+      // another connection can see first.
+      await waitFor(() => q.outcomes.has(refused.key), 5_000, 'the dead outcome reported');
       expect(sink.attempts.get(refused.key)).toBe(1);
       expect(q.outcomes.get(refused.key)).toEqual(['dead']);
       const [dead] = await q.driver.admin.listDead({ sink: 'sink' });
@@ -241,6 +244,11 @@ export function describeQueueDriverConformance(name: string, harness: DriverHarn
         () => healthy.delivered.length === 6 && broken.delivered.length === 5,
         20_000,
         'the rest',
+      );
+      await waitFor(
+        () => q.outcomes.get(doomed.key)?.includes('dead') === true,
+        5_000,
+        'the dead outcome reported',
       );
       expect(broken.attempts.get(doomed.key)).toBe(3);
       expect(q.outcomes.get(doomed.key)?.filter((o) => o !== 'ok')).toEqual(['retry', 'retry', 'dead']);
