@@ -76,6 +76,8 @@ export interface DrainResult {
   cpuUsPerEventWithRedis?: number | null;
   /** The same from the first line in the sink on (start-up left out), / all events as in cpu.ts. */
   cpuUsPerEventAfterFirstLine: number | null;
+  /** Spawn → the first change in the sink (start-up: boot, Redis, leases); null if none came. */
+  firstLineSeconds: number | null;
   /** Every run when the drain was repeated (the figures above are the median run's). */
   runs?: {
     seconds: number;
@@ -197,6 +199,7 @@ async function drainWith(opts: DrainOptions, redis?: BenchRedis): Promise<DrainR
   const procs = startFeedsync(opts, configPath);
   let seconds = 0;
   let atFirstLine: (number | null)[] | undefined;
+  let firstLineSeconds: number | null = null;
   let atEnd: (number | null)[] = [];
   let redisAtEnd: number | null = null;
   try {
@@ -205,7 +208,10 @@ async function drainWith(opts: DrainOptions, redis?: BenchRedis): Promise<DrainR
     const interval = opts.mode === 'postgres' ? 100 : 50;
     while ((await tail.poll()) > 0 && Date.now() < deadline) {
       // CPU after the first line leaves start-up out, as bench/cpu.ts does.
-      if (atFirstLine === undefined && tail.lines > 0) atFirstLine = procs.map((p) => cpuUs(p.child.pid));
+      if (atFirstLine === undefined && tail.lines > 0) {
+        atFirstLine = procs.map((p) => cpuUs(p.child.pid));
+        firstLineSeconds = (performance.now() - started) / 1000;
+      }
       for (const p of procs) {
         if (p.child.proc.exitCode !== null)
           throw new Error(`feedsync ${p.role} exited with ${p.child.proc.exitCode}: ${p.child.output()}`);
@@ -251,6 +257,7 @@ async function drainWith(opts: DrainOptions, redis?: BenchRedis): Promise<DrainR
     ...(redis ? { works: opts.works ?? 2, redisCpuUs, cpuUsPerEventWithRedis: withRedis } : {}),
     cpuUsPerEventAfterFirstLine:
       cpuTotalUs === null || cpuAtFirstLine === null ? null : (cpuTotalUs - cpuAtFirstLine) / events,
+    firstLineSeconds,
     output: Object.fromEntries(procs.map((p) => [p.role, p.child.output()])),
   };
 }

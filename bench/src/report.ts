@@ -264,6 +264,9 @@ export interface ScaledDrain {
   /** ÷ the local drain's CPU µs per event. */
   cpuVsLocal: number;
   cpuWithRedisVsLocal: number;
+  /** Spawn → the first change in the sink, s, and events/s from then on ÷ the local drain's same. */
+  firstLineSeconds: number;
+  afterFirstVsLocal: number;
   complete: boolean;
 }
 
@@ -271,6 +274,8 @@ export interface ScaledVsLocal {
   service: string;
   localEventsPerSecond: number;
   localCpuUsPerEvent: number;
+  /** Spawn → the first change in the sink, s. */
+  localFirstLineSeconds: number;
   /** By number of `work` processes (1, then 2). */
   bullmq: ScaledDrain[];
   /** poll + 2 work events/s ÷ poll + 1 work events/s. */
@@ -304,6 +309,9 @@ export function scaledVsLocal(
     const bullmqs = drains.filter((d) => d.mode === 'bullmq' && only(d, service));
     if (!local || bullmqs.length === 0) return [];
     const rate = (d: Omit<DrainResult, 'output'>): number => d.perService[0]!.events / d.seconds;
+    // Start-up left out (a lines-per-second rate: the first line is in by then).
+    const afterFirst = (d: Omit<DrainResult, 'output'>): number =>
+      d.firstLineSeconds === null ? Number.NaN : d.perService[0]!.events / (d.seconds - d.firstLineSeconds);
     const localRate = rate(local);
     const localCpu = local.cpuUsPerEvent ?? Number.NaN;
     const bullmq = bullmqs
@@ -315,6 +323,8 @@ export function scaledVsLocal(
         cpuUsPerEventWithRedis: d.cpuUsPerEventWithRedis ?? Number.NaN,
         cpuVsLocal: (d.cpuUsPerEvent ?? Number.NaN) / localCpu,
         cpuWithRedisVsLocal: (d.cpuUsPerEventWithRedis ?? Number.NaN) / localCpu,
+        firstLineSeconds: d.firstLineSeconds ?? Number.NaN,
+        afterFirstVsLocal: afterFirst(d) / afterFirst(local),
         complete: d.complete,
       }))
       .sort((a, b) => a.works - b.works);
@@ -324,6 +334,7 @@ export function scaledVsLocal(
     const row: Omit<ScaledVsLocal, 'targets'> = {
       service,
       localEventsPerSecond: localRate,
+      localFirstLineSeconds: local.firstLineSeconds ?? Number.NaN,
       localCpuUsPerEvent: localCpu,
       bullmq,
       twoVsOneWork: one && two ? two.eventsPerSecond / one.eventsPerSecond : Number.NaN,
@@ -420,6 +431,22 @@ export function renderScaled(rows: ScaledVsLocal[]): string {
         ),
       ),
     ]),
+    [
+      'first change delivered, s after spawn: local; poll + 1 work; poll + 2 work',
+      '',
+      ...rows.map((x) =>
+        [x.localFirstLineSeconds, ...works.map((w) => x.bullmq.find((b) => b.works === w)?.firstLineSeconds)]
+          .map((s) => (s === undefined || Number.isNaN(s) ? '-' : s.toFixed(2)))
+          .join('; '),
+      ),
+    ],
+    [
+      'from the first change on, events/s ÷ local: poll + 1 work; poll + 2 work',
+      '',
+      ...rows.map((x) =>
+        works.map((w) => cell(x, w, (b) => `${b.afterFirstVsLocal.toFixed(2)}x`)).join('; '),
+      ),
+    ],
     [
       'poll + 2 work ÷ poll + 1 work, events/s',
       '> 1x',

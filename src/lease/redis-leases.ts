@@ -219,17 +219,18 @@ export class RedisLeases {
   }
 
   /**
-   * Before its first lease a member registers and waits one heartbeat, so that processes started
-   * together (a rollout, a scaled deployment) count each other and take their shares from the
-   * start, rather than the first taking everything and handing it over (Kafka's consumer groups
-   * wait group.initial.rebalance.delay.ms for the same reason).
+   * Before its first lease a member registers, so that it counts the members already there, and
+   * then takes its share at once. It does not wait for members that may be starting too (as
+   * Kafka's group.initial.rebalance.delay.ms does): among processes started together the first
+   * takes what is free and lets the excess go at its heartbeats once the others have registered,
+   * which costs a hand-over per lease (one sink call or page waited for), where a wait would hold
+   * every start of every process back by a heartbeat.
    */
   private async join(): Promise<void> {
-    // Shared by every acquire of this member (at most a heartbeat, or until Redis answers or close()).
+    // Shared by every acquire of this member (until Redis answers, or close()).
     this.joined ??= (async () => {
       if (!this.opts.membersKey) return;
       while (!this.closed && !(await this.heartbeat())) await sleep(this.beatMs);
-      await sleep(this.beatMs);
     })();
     await this.joined;
   }

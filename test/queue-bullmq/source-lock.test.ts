@@ -142,7 +142,7 @@ describe('bullmq source leases', () => {
       seenAbove: [],
     });
 
-    // `b` has joined (its first lease waits a heartbeat), so its next acquire is at once.
+    // `b` has registered with its first acquire, so it counts two members: its share is two.
     await b.acquire('other', never, () => undefined);
     // Just after the old holder renewed (its key's TTL reset), its next renewal is a second away:
     // the steps below run before it can notice anything.
