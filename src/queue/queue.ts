@@ -23,10 +23,12 @@ export interface PageCommit {
  * pages the store forgot are read and queued again.
  */
 export class PositionLost extends FeedsyncError {
-  constructor(source: string, expected: FeedPosition, stored: FeedPosition) {
+  /** `stored` undefined: the store holds no position for the source, though it did before. */
+  constructor(source: string, expected: FeedPosition, stored: FeedPosition | undefined) {
     super(
-      `source ${source}: the stored cursor is ${stored.cursor}, not ${expected.cursor} as this poller ` +
-        'last committed (the store lost writes, or the cursor was moved); reading from the stored cursor',
+      `source ${source}: the stored cursor is ${stored ? stored.cursor : 'gone'}, not ${expected.cursor} as this ` +
+        'poller last committed (the store lost writes, or the cursor was moved); reading from the stored ' +
+        'cursor',
       true,
     );
   }

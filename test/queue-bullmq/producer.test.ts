@@ -430,6 +430,48 @@ describe('bullmq producer', () => {
     expect(await cursorIn(config)).toBe('20');
   });
 
+  it('refuses a page when Redis lost the source state whole after it had one, and takes the page read again from the start', async () => {
+    const config = queueConfig(redis.url);
+    const producer = producerFor(config, [{ name: 's' }]);
+    const first = range(1, 10).map((id) => makeChange(id));
+    // A fresh source's first commit finds no state: that is no loss.
+    await producer.commitPage({
+      source: 'scheduling',
+      changes: first,
+      cursor: 10,
+      seenAbove: [],
+      from: { cursor: 0, seenAbove: [] },
+    });
+    // Redis came back without anything of the source (its first commit was in the cut AOF tail),
+    // and without the jobs of that commit.
+    const keys = await inspector.keys(`{${config.prefix}}*`);
+    expect(keys).toContain(`{${config.prefix}}:source:scheduling`);
+    await inspector.del(...keys);
+    const second = range(11, 10).map((id) => makeChange(id));
+    await expect(
+      producer.commitPage({
+        source: 'scheduling',
+        changes: second,
+        cursor: 20,
+        seenAbove: [],
+        from: { cursor: 10, seenAbove: [] },
+      }),
+    ).rejects.toThrow(/the stored cursor is gone, not 10/);
+    expect(await cursorIn(config)).toBeNull();
+    expect(await sliceJobs(config, 's')).toEqual([]);
+    // The poller reads its start position again (none stored: start_from) and both pages go in.
+    await producer.commitPage({
+      source: 'scheduling',
+      changes: [...first, ...second],
+      cursor: 20,
+      seenAbove: [],
+      from: { cursor: 0, seenAbove: [] },
+    });
+    expect(await cursorIn(config)).toBe('20');
+    const queuedIds = (await sliceJobs(config, 's')).flatMap((j) => j.changes).map((c) => c.event_id);
+    expect(queuedIds.sort((a, b) => a - b)).toEqual(range(1, 20));
+  });
+
   it('routes only the changes that pass each sink filter', async () => {
     const config = queueConfig(redis.url);
     const producer = producerFor(config, [

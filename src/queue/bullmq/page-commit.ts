@@ -251,6 +251,12 @@ export function createPageCommitter(opts: {
   // up a commit whose connection changed underneath it (the poller retries the page).
   let connections = 0;
   connection.on('ready', () => connections++);
+  // Sources whose cursor this committer has found in Redis, or written there. The first commit of a
+  // source finds none; a later one that finds none met a Redis that lost the source's state whole
+  // (its first commit in a cut AOF tail, a failover to a replica that never had it), and must be
+  // sent back to the start position like one that finds an older cursor: going on from its own
+  // position would leave the forgotten commits' changes queued nowhere.
+  const stored = new Set<string>();
   let chain: Promise<unknown> = Promise.resolve();
 
   async function commitOnce(
@@ -299,6 +305,7 @@ export function createPageCommitter(opts: {
     });
     const storedCursor: FeedPosition | undefined =
       cursor === null ? undefined : { cursor: Number(cursor), seenAbove: parseSeen(seen) };
+    if (storedCursor) stored.add(plan.source);
     if (fence && fenceValues) {
       const [counter, lease] = fenceValues;
       const refusal = heldRefusal(fence.value, fence.token, lease, counter);
@@ -360,8 +367,11 @@ export function createPageCommitter(opts: {
         // The cursor this page follows must be the stored one: a Redis that lost its last commits
         // (or a cursor moved meanwhile) sends the poller back to what Redis holds, so the pages
         // it forgot are read again instead of skipped.
-        if (plan.from && storedCursor && !samePosition(storedCursor, plan.from)) {
+        const gone = !storedCursor && stored.has(plan.source);
+        if (plan.from && (gone || (storedCursor && !samePosition(storedCursor, plan.from)))) {
           await unwatchKey(connection, knownKey);
+          // Sent back to the start, the poller's next commit is a first one again.
+          stored.delete(plan.source);
           throw new PositionLost(plan.source, plan.from, storedCursor);
         }
       }
@@ -514,6 +524,7 @@ export function createPageCommitter(opts: {
         { tag },
       );
       if (catchUp) return ((results.at(-1)?.[1] ?? []) as (string | number)[]).map(Number);
+      stored.add(plan.source);
       return 'committed';
     } catch (err) {
       await unwatchKey(connection, knownKey).catch(() => undefined);
