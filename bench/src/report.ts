@@ -4,7 +4,7 @@ import type { BareBullmqResult } from './bare-bullmq.js';
 import type { DrainResult } from './drain.js';
 import type { LatencyResult } from './latency.js';
 import type { RawResult } from './raw-limit.js';
-import type { RedisMemoryResult } from './redis-memory.js';
+import type { QueuedDrainResult, RedisMemoryResult } from './redis-memory.js';
 import type { StartupResult } from './startup.js';
 import type { StatusTimeResult } from './status-time.js';
 
@@ -32,6 +32,8 @@ export interface BenchReport {
   memory: Omit<DrainResult, 'output'>[];
   /** `poll` alone queueing each service's backlog on a fresh Redis (redis-memory.ts). */
   redis_memory: RedisMemoryResult[];
+  /** `work` alone on the backlog `poll` queued (issue 29: does a second `work` add anything). */
+  queued_drains?: QueuedDrainResult[];
   /** Issue 29's block: the scaled mode's drains, CPU and Redis memory against the local drain. */
   scaled_vs_local: ScaledVsLocal[];
   errors: string[];
@@ -282,6 +284,8 @@ export interface ScaledVsLocal {
   twoVsOneWork: number;
   /** Redis used_memory per queued change with `poll` alone; null when not measured. */
   redisBytesPerQueuedChange: number | null;
+  /** `work` processes alone draining the backlog `poll` queued first (by number of them). */
+  queuedDrains: QueuedDrainResult[];
   targets: TargetCheck[];
 }
 
@@ -300,6 +304,7 @@ const SCALED = {
 export function scaledVsLocal(
   drains: Omit<DrainResult, 'output'>[],
   memory: RedisMemoryResult[],
+  queued: QueuedDrainResult[] = [],
 ): ScaledVsLocal[] {
   const services = [...new Set(drains.flatMap((d) => d.perService.map((s) => s.service)))];
   const only = (d: Omit<DrainResult, 'output'>, service: string): boolean =>
@@ -339,6 +344,7 @@ export function scaledVsLocal(
       bullmq,
       twoVsOneWork: one && two ? two.eventsPerSecond / one.eventsPerSecond : Number.NaN,
       redisBytesPerQueuedChange: mem ? mem.bytesPerQueuedChange : null,
+      queuedDrains: queued.filter((q) => q.service === service).sort((a, b) => a.works - b.works),
     };
     return [{ ...row, targets: scaledChecks(row, local.complete, mem) }];
   });
@@ -446,6 +452,16 @@ export function renderScaled(rows: ScaledVsLocal[]): string {
       ...rows.map((x) =>
         works.map((w) => cell(x, w, (b) => `${b.afterFirstVsLocal.toFixed(2)}x`)).join('; '),
       ),
+    ],
+    [
+      'work alone on the queued backlog, events/s: 1 work; 2 work (÷ 1 work)',
+      '',
+      ...rows.map((x) => {
+        const [one, two] = [1, 2].map((w) => x.queuedDrains.find((q) => q.works === w));
+        if (!one || !two) return '-';
+        const mark = (q: QueuedDrainResult): string => (q.complete ? '' : ' INCOMPLETE');
+        return `${one.eventsPerSecond.toFixed(0)}${mark(one)}; ${two.eventsPerSecond.toFixed(0)}${mark(two)} (${(two.eventsPerSecond / one.eventsPerSecond).toFixed(2)}x)`;
+      }),
     ],
     [
       'poll + 2 work ÷ poll + 1 work, events/s',

@@ -18,7 +18,12 @@ import { measureLatency, type LatencyResult } from './latency.js';
 import { benchSource, measureRaw, planRequests, type RawResult, type RequestPlan } from './raw-limit.js';
 import { startBenchPostgres, type BenchPostgres } from './postgres.js';
 import { startBenchRedis } from './redis.js';
-import { measureQueuedMemory, type RedisMemoryResult } from './redis-memory.js';
+import {
+  drainQueued,
+  measureQueuedMemory,
+  type QueuedDrainResult,
+  type RedisMemoryResult,
+} from './redis-memory.js';
 import { CLI_PATH, startSandboxProcess } from './procs.js';
 import { topSelfTime } from './profile.js';
 import {
@@ -94,6 +99,7 @@ async function drainPhase(work: string): Promise<{
   profiles: CpuProfileRun[];
   bare?: BareBullmqResult;
   redisMemory: RedisMemoryResult[];
+  queuedDrains: QueuedDrainResult[];
   errors: string[];
 }> {
   const errors: string[] = [];
@@ -105,6 +111,7 @@ async function drainPhase(work: string): Promise<{
   const drains: DrainResult[] = [];
   const profiles: CpuProfileRun[] = [];
   const redisMemory: RedisMemoryResult[] = [];
+  const queuedDrains: QueuedDrainResult[] = [];
   let bare: BareBullmqResult | undefined;
   try {
     const events = Object.fromEntries(
@@ -219,6 +226,23 @@ async function drainPhase(work: string): Promise<{
           `  ${m.complete ? 'complete' : `INCOMPLETE (cursor ${m.cursor} of ${m.lastEventId}, ${m.queued} of ${m.expected} queued)`} in ${m.seconds.toFixed(1)} s: ${m.bytesPerQueuedChange.toFixed(0)} bytes per queued change`,
         );
         redisMemory.push(m);
+        for (const works of [1, 2]) {
+          log(`work alone: ${works} work drain the ${service} backlog poll queued`);
+          const q = await drainQueued({
+            service,
+            works,
+            info,
+            control,
+            events: events[service] ?? [],
+            dir: join(work, `queued-${works}-${service}`),
+            timeoutMs: cfg.drainTimeoutS * 1000,
+            pollIntervalMs: cfg.pollIntervalMs,
+          });
+          log(
+            `  ${q.complete ? 'complete' : 'INCOMPLETE'} in ${q.seconds.toFixed(1)} s: ${q.eventsPerSecond.toFixed(0)} events/s`,
+          );
+          queuedDrains.push(q);
+        }
       }
     } catch (err) {
       errors.push(`bullmq: ${String(err)}`);
@@ -240,7 +264,7 @@ async function drainPhase(work: string): Promise<{
   } finally {
     await child.stop();
   }
-  return { plans, raw, drains, profiles, bare, redisMemory, errors };
+  return { plans, raw, drains, profiles, bare, redisMemory, queuedDrains, errors };
 }
 
 /** test/bench/results/cpu-profile-<service>.txt from a profiled local drain. */
@@ -370,7 +394,8 @@ async function main(): Promise<void> {
       cpu_profiles: drain.profiles,
       memory: memory.map(({ output: _output, ...d }) => d),
       redis_memory: drain.redisMemory,
-      scaled_vs_local: scaledVsLocal(drain.drains, drain.redisMemory),
+      queued_drains: drain.queuedDrains,
+      scaled_vs_local: scaledVsLocal(drain.drains, drain.redisMemory, drain.queuedDrains),
       errors: drain.errors,
       targets: [],
       total_seconds: (Date.now() - started) / 1000,
