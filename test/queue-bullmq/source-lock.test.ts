@@ -9,6 +9,7 @@ import {
 } from '../../src/queue/bullmq/lease.js';
 import { LeaseFencedError } from '../../src/queue/bullmq/page-commit.js';
 import { createBullmqProducer } from '../../src/queue/bullmq/producer.js';
+import { holdSource } from '../../src/queue/bullmq/source-hold.js';
 import type { HeldLease } from '../../src/queue/driver.js';
 import { startRedis, type RedisServer } from '../support/redis.js';
 import { ANY, makeChange, queueConfig, silentLogger, sliceJobs } from './support.js';
@@ -228,5 +229,33 @@ describe('bullmq source leases', () => {
     const controller = new AbortController();
     setTimeout(() => controller.abort(), 300);
     expect(await b.acquire('scheduling', controller.signal, () => undefined)).toBeUndefined();
+  });
+  it("`cursor set`'s save is judged by the lease rule: a lease Redis forgot is restored, one taken since refuses", async () => {
+    const prefix = freshPrefix();
+    const leaseKey = `{${prefix}}:lease:scheduling`;
+    const stateKey = `{${prefix}}:source:scheduling`;
+    const client = new Redis(redis.url);
+    cleanups.push(async () => client.disconnect());
+    const hold = async () => {
+      const held = await holdSource(client, prefix, 'scheduling', 3_000, 'command', silentLogger);
+      if ('holder' in held) throw new Error(`held by ${held.holder}`);
+      cleanups.push(() => held.release());
+      return held;
+    };
+    // Redis lost its last writes, the command's lease among them: the save restores it.
+    const first = await hold();
+    const value = await inspector.get(leaseKey);
+    await inspector.del(leaseKey);
+    await first.save(7, []);
+    expect(await inspector.hget(stateKey, 'cursor')).toBe('7');
+    expect(await inspector.get(leaseKey)).toBe(value);
+    await first.release();
+    // A newer token was handed out (a poller took the source): the save writes nothing.
+    const second = await hold();
+    await inspector.del(leaseKey);
+    const poller = leasesFor(prefix, 'poller', { sources: ['scheduling'] });
+    await poller.acquire('scheduling', never, () => undefined);
+    await expect(second.save(3, [])).rejects.toThrow(/a poller took the source/);
+    expect(await inspector.hget(stateKey, 'cursor')).toBe('7');
   });
 });

@@ -12,14 +12,19 @@ import { keySpace, laggingKey, leaseKey, leaseTokenKey, sourceStateKey, type Key
 import { awaitReplicas } from './replication.js';
 import { cursorFields } from './source-state.js';
 import { luaScript, runScript } from './scripts.js';
+import { HELD } from '../../lease/redis-scripts.js';
 
-// KEYS: lease, state hash, lagging-sinks hash. ARGV: the lease value, cursor, seen_above, now.
+// KEYS: lease, state hash, lagging-sinks hash, the lease's token counter. ARGV: the lease value,
+// cursor, seen_above, now, the lease TTL. The lease is judged as every holder's write judges it
+// (redis-scripts.ts HELD): a lease a Redis that lost its last writes forgot is restored for the
+// command unless a newer token was handed out.
 // Sinks lagging past a rewind's new cursor go back to it (LaggingSinkRows.followCursor says why a
-// skip forward leaves them).
+// skip forward leaves them). A lagging entry's JSON is written by hand: Redis's cjson writes an
+// empty seenAbove as {}, and the values are numbers and a reason word of our own.
 const SAVE_IF_HELD = luaScript(
   'save_if_held',
-  `
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  `${HELD}
+if not held(KEYS[1], KEYS[4], ARGV[1], ARGV[5]) then
   return redis.error_reply('FENCED the source lease was taken over')
 end
 local target = tonumber(ARGV[2])
@@ -70,8 +75,8 @@ export async function holdSource(
         await runScript(
           client,
           SAVE_IF_HELD,
-          [key, sourceStateKey(prefix, source), laggingKey(prefix, source)],
-          [value, f.cursor!, f.seen_above!, f.updated_at!],
+          [key, sourceStateKey(prefix, source), laggingKey(prefix, source), held.fence.tokenKey],
+          [value, f.cursor!, f.seen_above!, f.updated_at!, String(held.fence.ttlMs)],
         );
       } catch (err) {
         if (String((err as Error).message).includes('FENCED'))
