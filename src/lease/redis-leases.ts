@@ -59,6 +59,11 @@ export interface HeldRedisLease {
   readonly lost: AbortSignal;
   /** Whether the holder may still act (rule.ts). */
   valid(): boolean;
+  /**
+   * Handed over to another member, and kept renewed until released (rule.ts handOver): the holder
+   * may wait for what it has in flight, however long, before it releases.
+   */
+  handedOver(): boolean;
   release(): Promise<void>;
 }
 
@@ -292,6 +297,7 @@ export class RedisLeases {
       fence: lease.fence,
       lost: lease.holding.lost,
       valid: () => lease.holding.valid(),
+      handedOver: () => lease.holding.handedOver,
       release: () =>
         (released ??= (async () => {
           lease.holding.released = true;
@@ -360,7 +366,7 @@ export class RedisLeases {
           },
           `handing ${this.opts.what} ${lease.spec.name} over: this process holds more than its share`,
         );
-        lease.holding.lose(
+        lease.holding.handOver(
           new FeedsyncError(
             `lease of ${lease.spec.name} handed over to spread the load across processes`,
             true,
@@ -372,9 +378,10 @@ export class RedisLeases {
 
   private async beat(): Promise<void> {
     await this.heartbeat();
-    // A lease lost or handed over is not kept alive while its holder winds down: it expires, and
-    // another member takes it, even if this one never gets to release it.
-    const live = [...this.held.values()].filter((lease) => !lease.holding.lost.aborted);
+    // A lost lease is not kept alive while its holder winds down: it expires, and another member
+    // takes it, even if this one never gets to release it. A handed-over one is, until released:
+    // otherwise its expiry would let the next holder start beside a call still in flight here.
+    const live = [...this.held.values()].filter((lease) => lease.holding.renewable());
     await Promise.all(live.map((lease) => this.renew(lease)));
     this.rebalance();
   }

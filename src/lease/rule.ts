@@ -36,6 +36,7 @@ export class Holding {
   /** Aborted (reason: the error) once the lease is lost, handed over or released. */
   readonly lost: AbortSignal = this.lostController.signal;
   released = false;
+  private handingOver = false;
 
   constructor(
     readonly ttlMs: number,
@@ -65,8 +66,31 @@ export class Holding {
     return !this.released && !this.lost.aborted && !this.stale();
   }
 
-  /** Marks the lease lost; false when it already was. */
+  /**
+   * Handed over to spread the load (not lost): its holder stops as if it were lost, but the store
+   * keeps it renewed until the holder releases it, so the next holder cannot start while this one
+   * finishes what it has in flight (a sink call, a page). False when it was lost already.
+   */
+  handOver(reason: Error): boolean {
+    if (this.lost.aborted) return false;
+    this.handingOver = true;
+    this.lostController.abort(reason);
+    return true;
+  }
+
+  /** Handed over and still renewed: its holder is winding down (see handOver). */
+  get handedOver(): boolean {
+    return this.handingOver && !this.released;
+  }
+
+  /** To be renewed at the heartbeat: held, or handed over and not yet released. */
+  renewable(): boolean {
+    return !this.released && (!this.lost.aborted || this.handingOver);
+  }
+
+  /** Marks the lease lost (a handed-over one is no longer renewed either); false when it already was. */
   lose(reason: Error): boolean {
+    this.handingOver = false;
     if (this.lost.aborted) return false;
     this.lostController.abort(reason);
     return true;

@@ -91,6 +91,37 @@ describe('shard leases', () => {
     stop.abort();
   });
 
+  it('a lease handed over stays renewed until its holder releases it: the next holder waits for the call in flight', async () => {
+    const a = member('a');
+    const spec = (shard: number) => shardLeaseSpec(TAG, 'file', shard);
+    const held = await Promise.all(Array.from({ length: SHARDS }, (_, i) => a.acquire(spec(i), never)));
+    // `b` registers, which makes `a` hold more than its share: at a heartbeat it hands two over.
+    const b = member('b');
+    const taken = Array.from({ length: SHARDS }, (_, i) => b.acquire(spec(i), never));
+    await until(() => held.filter((h) => h!.handedOver()).length === SHARDS / 2, 5_000, 'two handed over');
+    const handed = held.filter((h) => h!.handedOver());
+    for (const h of handed) {
+      expect(h!.valid(), 'a handed-over lease lets its holder act no more').toBe(false);
+      expect(h!.lost.aborted).toBe(true);
+    }
+    // Its holder is still finishing a call, for three TTLs: the lease does not expire meanwhile.
+    await new Promise((r) => setTimeout(r, 3_000));
+    for (const h of handed) expect(await redis.client.get(h!.fence.leaseKey)).toBe(h!.fence.value);
+    const bHolds = async () =>
+      (await Promise.all(handed.map((h) => redis.client.get(h!.fence.leaseKey)))).filter((v) =>
+        v?.endsWith(' b'),
+      ).length;
+    expect(await bHolds()).toBe(0);
+    // Released once the call returned: `b` takes them at its next try.
+    for (const h of handed) await h!.release();
+    const deadline = Date.now() + 3_000;
+    while ((await bHolds()) < SHARDS / 2 && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 50));
+    expect(await bHolds()).toBe(SHARDS / 2);
+    // The other two stay `a`'s: `b` has its share. Its waiting acquires end when it closes.
+    void Promise.all(taken);
+  });
+
   it('fences progress writes by the lease and the job lock; a lease taken over is lost and invalid', async () => {
     const leases = member('a', 1_000);
     const spec = shardLeaseSpec(TAG, 'file', 0);

@@ -261,10 +261,12 @@ export function createBullmqDelivery(opts: BullmqDeliveryOptions): DeliveryRunne
       });
       // stop() closes the workers within its budget, then the leases.
       if (stopRequested.signal.aborted) return;
-      // The worker takes no further slice; the one in flight ends after its sink call. By the TTL
-      // the lease has expired anyway (a lost or handed-over lease is not renewed).
+      // The worker takes no further slice; the one in flight ends after its sink call. A lease
+      // handed over stays renewed until released, so the next holder starts only after that call,
+      // however long it takes; a lost one has expired by the TTL anyway.
       const closing = served.worker.close();
-      await settledWithin(idle([served]), config.lease_ttl_ms);
+      if (held.handedOver()) await idle([served]);
+      else await settledWithin(idle([served]), config.lease_ttl_ms);
       await held.release();
       // The close itself may hang on a reconnecting connection (CLOSE_MS): stop() deals with it.
       void closing.finally(() => shardWorkers.delete(served));
