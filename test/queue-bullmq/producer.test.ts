@@ -2,6 +2,7 @@ import { Redis } from 'ioredis';
 import { Job, Queue, Worker } from 'bullmq';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { PipelineEvents } from '../../src/core/events.js';
+import type { Change } from '../../src/core/change.js';
 import { buryFailedSlice, openDeadQueue } from '../../src/queue/bullmq/dead-letters.js';
 import { createBullmqDelivery } from '../../src/queue/bullmq/delivery.js';
 import type { ChangeSlice } from '../../src/queue/bullmq/slice.js';
@@ -47,6 +48,17 @@ function producerFor(
   });
   cleanups.push(() => producer.close());
   return producer;
+}
+
+/** A scheduling page of `changes` read after cursor `from`, committed up to `cursor`. */
+function commitAfter(producer: BullmqProducer, from: number, changes: Change[], cursor: number) {
+  return producer.commitPage({
+    source: 'scheduling',
+    changes,
+    cursor,
+    seenAbove: [],
+    from: { cursor: from, seenAbove: [] },
+  });
 }
 
 /** The cursor the producer wrote to Redis for `source` (null: none). */
@@ -410,23 +422,14 @@ describe('bullmq producer', () => {
     const first = range(1, 10).map((id) => makeChange(id));
     await producer.commitPage({ source: 'scheduling', changes: first, cursor: 10, seenAbove: [] });
     const second = range(11, 10).map((id) => makeChange(id));
-    const from = { cursor: 10, seenAbove: [] };
     // Redis came back without the first commit's cursor (a host crash before fsync, say).
     await inspector.hset(`{${config.prefix}}:source:scheduling`, 'cursor', '0');
-    await expect(
-      producer.commitPage({ source: 'scheduling', changes: second, cursor: 20, seenAbove: [], from }),
-    ).rejects.toBeInstanceOf(PositionLost);
+    await expect(commitAfter(producer, 10, second, 20)).rejects.toBeInstanceOf(PositionLost);
     expect(await cursorIn(config)).toBe('0');
     const queuedIds = (await sliceJobs(config, 's')).flatMap((j) => j.changes).map((c) => c.event_id);
     expect(queuedIds.sort((a, b) => a - b)).toEqual(range(1, 10));
     // Read again from the stored cursor, both pages go in.
-    await producer.commitPage({
-      source: 'scheduling',
-      changes: [...first, ...second],
-      cursor: 20,
-      seenAbove: [],
-      from: { cursor: 0, seenAbove: [] },
-    });
+    await commitAfter(producer, 0, [...first, ...second], 20);
     expect(await cursorIn(config)).toBe('20');
   });
 
@@ -435,38 +438,18 @@ describe('bullmq producer', () => {
     const producer = producerFor(config, [{ name: 's' }]);
     const first = range(1, 10).map((id) => makeChange(id));
     // A fresh source's first commit finds no state: that is no loss.
-    await producer.commitPage({
-      source: 'scheduling',
-      changes: first,
-      cursor: 10,
-      seenAbove: [],
-      from: { cursor: 0, seenAbove: [] },
-    });
+    await commitAfter(producer, 0, first, 10);
     // Redis came back without anything of the source (its first commit was in the cut AOF tail),
     // and without the jobs of that commit.
     const keys = await inspector.keys(`{${config.prefix}}*`);
     expect(keys).toContain(`{${config.prefix}}:source:scheduling`);
     await inspector.del(...keys);
     const second = range(11, 10).map((id) => makeChange(id));
-    await expect(
-      producer.commitPage({
-        source: 'scheduling',
-        changes: second,
-        cursor: 20,
-        seenAbove: [],
-        from: { cursor: 10, seenAbove: [] },
-      }),
-    ).rejects.toThrow(/the stored cursor is gone, not 10/);
+    await expect(commitAfter(producer, 10, second, 20)).rejects.toThrow(/the stored cursor is gone, not 10/);
     expect(await cursorIn(config)).toBeNull();
     expect(await sliceJobs(config, 's')).toEqual([]);
     // The poller reads its start position again (none stored: start_from) and both pages go in.
-    await producer.commitPage({
-      source: 'scheduling',
-      changes: [...first, ...second],
-      cursor: 20,
-      seenAbove: [],
-      from: { cursor: 0, seenAbove: [] },
-    });
+    await commitAfter(producer, 0, [...first, ...second], 20);
     expect(await cursorIn(config)).toBe('20');
     const queuedIds = (await sliceJobs(config, 's')).flatMap((j) => j.changes).map((c) => c.event_id);
     expect(queuedIds.sort((a, b) => a - b)).toEqual(range(1, 20));
