@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { backoffDelay, sleep } from '../backoff.js';
+import { sleep } from '../backoff.js';
 import { cut } from '../core/bounded-text.js';
 import {
   errorMessage,
@@ -25,8 +25,8 @@ export interface ExpandOptions {
   limiter: Semaphore;
   signal: AbortSignal;
   logger: Logger;
-  /** The in-page retry of a failing subject fetch (after the client's own attempts). */
-  retry: { baseMs: number; maxMs: number };
+  /** The wait before the in-page retry of a failing subject fetch (after the client's own attempts). */
+  retryDelay: (attempt: number) => number;
   /**
    * Called each time a subject fetch failed again after the client's own attempts: the page waits
    * for it (it is retried on its own, the page is not refetched), but the poll is failing meanwhile.
@@ -242,7 +242,7 @@ async function fetchSubject(
         event,
         err instanceof FeedsyncError ? err : new FeedsyncError(errorMessage(err), true),
       );
-      const delay = backoffDelay(attempt, opts.retry.baseMs, opts.retry.maxMs);
+      const delay = opts.retryDelay(attempt);
       if (opts.onStalled) opts.onStalled(stalled, delay);
       else
         opts.logger.warn(

@@ -8,6 +8,7 @@ import type { SourceState } from '../queue/driver.js';
 import type { ChangeQueue } from '../queue/queue.js';
 import type { ServiceAdapter } from '../services/adapter.js';
 import type { UpstreamClient } from '../upstream/client.js';
+import { backoffDelay } from '../backoff.js';
 import { cut } from '../core/bounded-text.js';
 import { changeJson } from '../core/change-json.js';
 import { UndecodableSubjectError } from '../core/errors.js';
@@ -56,6 +57,16 @@ export interface PageState {
   auditSoon: boolean;
 }
 
+const ERROR_RETRY_MAX_MS = 60_000;
+
+/**
+ * The wait after a failed poll, and after a failed round of a subject retried on its own: both are
+ * the source failing to move, so they back off alike, and a short poll interval retries sooner.
+ */
+export function failedPollDelay(failures: number, pollIntervalMs: number): number {
+  return Math.max(200, backoffDelay(failures, Math.min(1000, pollIntervalMs), ERROR_RETRY_MAX_MS));
+}
+
 /**
  * Starts the expansion of `events`' subjects within the source's subject budgets: requests in
  * flight (subject_concurrency) and bytes held until commit (`claim`, the page's share of
@@ -76,7 +87,7 @@ export function expand(
     limiter: state.subjects,
     signal,
     logger: deps.logger,
-    retry: { baseMs: 500, maxMs: 30_000 },
+    retryDelay: (attempt) => failedPollDelay(attempt, deps.source.poll_interval_ms),
     // A subject that keeps failing is retried on its own, without refetching the page (CONTRACT
     // §6); each failed round still counts as a failed poll, so metrics and /readyz see a source
     // that is stuck on it.

@@ -1,4 +1,4 @@
-import { backoffDelay, sleep, surelyGrowingDelay, withDeadline } from '../backoff.js';
+import { sleep, surelyGrowingDelay, withDeadline } from '../backoff.js';
 import { cut } from '../core/bounded-text.js';
 import { errorMessage, UndecodableSubjectError, UpstreamAuthError } from '../core/errors.js';
 import type { PollOutcome } from '../queue/driver.js';
@@ -15,6 +15,7 @@ import { ByteBudget, ClaimDroppedError, type PageClaim } from './page-bytes.js';
 import {
   commitEvents,
   expand,
+  failedPollDelay,
   feedUrl,
   type PageState,
   type PollerDeps,
@@ -25,7 +26,6 @@ import { RecentIds } from './recent-ids.js';
 export { feedUrl, type PollerDeps } from './poll-context.js';
 
 const AUTH_RETRY_MAX_MS = 5 * 60_000;
-const ERROR_RETRY_MAX_MS = 60_000;
 
 /**
  * One source's loop: read a page after the cursor, expand its subjects, queue its changes and the
@@ -122,10 +122,7 @@ export async function runPoller(deps: PollerDeps): Promise<void> {
               source.poll_interval_ms,
               surelyGrowingDelay(failures, source.poll_interval_ms, AUTH_RETRY_MAX_MS),
             )
-          : Math.max(
-              200,
-              backoffDelay(failures, Math.min(1000, source.poll_interval_ms), ERROR_RETRY_MAX_MS),
-            );
+          : failedPollDelay(failures, source.poll_interval_ms);
       logger.error(
         { err: errorMessage(err), failures, retry_in_ms: Math.round(delay) },
         'poll failed; cursor not moved',

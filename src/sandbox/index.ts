@@ -64,6 +64,8 @@ export interface Sandbox extends Controllable {
   generate(service: ServiceName, count: number): void;
   /** Live events per second per service; 0 stops them. */
   setRate(eventsPerSecond: number): void;
+  /** The delay before every answer from now on (the `latencyMs` option). */
+  setLatency(ms: number): void;
   setFaults(cfg: { rate: number; kinds?: FaultKind[]; paths?: FaultPaths }): void;
   stats(): SandboxStats;
   resetStats(): void;
@@ -156,12 +158,13 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
       guard,
       faults,
       stats,
-      latencyMs: () => opts.latencyMs,
+      latencyMs: () => latencyMs,
       dialect: () => dialect,
     });
   });
 
   let rate = opts.rate;
+  let latencyMs = opts.latencyMs;
   const owed: Record<ServiceName, number> = { scheduling: 0, workflow: 0 };
   let lastTick = Date.now();
   const ticker = setInterval(() => {
@@ -214,6 +217,12 @@ export async function startSandbox(options: SandboxOptions = {}): Promise<Sandbo
         );
       }
       rate = eventsPerSecond;
+    },
+    setLatency(ms) {
+      if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0) {
+        throw new ConfigError('latency_ms', `must be a number >= 0, got ${JSON.stringify(ms)}`);
+      }
+      latencyMs = ms;
     },
     setFaults(cfg) {
       faults.configure(checkFaultConfig(cfg, opts.faultKinds));
