@@ -607,7 +607,7 @@ describe('bullmq producer: the source lease as the commit finds it', () => {
     cleanups.push(async () => spy.mockRestore());
   };
 
-  it('a lease that runs out mid-commit with nobody taking it: the EXEC is aborted, the retry restores it and goes in whole', async () => {
+  it('a lease that runs out mid-commit with nobody taking it: the commit restores it and goes in whole', async () => {
     const { config, leaseKey, producer, page } = await setup('7 me', '7', 400);
     // The lease, valid when the commit checked it, has expired by EXEC (Redis frozen mid-commit).
     slowAdds(600);

@@ -206,8 +206,8 @@ export class LeaseFencedError extends FeedsyncError {
 }
 
 /**
- * The commit raced a change it watches that does not fence it out (a renewal of its own lease, or
- * the sinks off the shared stream moved: a replay): nothing was written; plan the page again.
+ * The commit raced a change it watches (the lease's token counter, the sinks off the shared stream,
+ * a catch-up sink's position): nothing was written; plan the page again.
  */
 export class CommitRaced extends FeedsyncError {
   constructor(
@@ -215,7 +215,7 @@ export class CommitRaced extends FeedsyncError {
     readonly lagging: string[],
   ) {
     super(
-      `source ${source}: a sink was moved off or onto its shared stream meanwhile; page re-planned`,
+      `source ${source}: its lease or sinks moved during the page commit; nothing written, planned again`,
       true,
     );
   }
@@ -277,18 +277,12 @@ export function createPageCommitter(opts: {
     // Both watch the known-sinks hash, which every park, backfill and replay bumps: a sink moved
     // after the plan was made aborts the EXEC (a shared page planned it as live, or a catch-up
     // page was read for its previous position).
-    // And the lease key itself: since Redis 6.0.9 a watched key that EXPIRES aborts the EXEC. A
-    // takeover already moves the token counter, and a lease that merely ran out is restored by the
-    // cursor script's HELD, so this WATCH only makes the commit re-read the lease (a renewal
-    // meanwhile aborts it too: retried); it never lets jobs in without their cursor.
+    // Not the lease key: a takeover moves the token counter, and a lease that merely ran out (or
+    // was renewed) meanwhile is judged by the cursor script's HELD, which restores it for us.
     // A catch-up page also watches the sink's position (the lagging-sinks hash), which another
     // catch-up commit moves: the same check as a shared page's cursor, for its own reader.
     const lagKey = laggingKey(prefix, plan.source);
-    const watched = [
-      ...(fence ? [fence.tokenKey, fence.leaseKey] : []),
-      knownKey,
-      ...(catchUp ? [lagKey] : []),
-    ];
+    const watched = [...(fence ? [fence.tokenKey] : []), knownKey, ...(catchUp ? [lagKey] : [])];
     // On a cluster the WATCH holds on one node's connection, which the client may replace (or the
     // slot move) without a word: the EXEC must go out on that same connection.
     const node = nodeForKey(connection, knownKey);
@@ -475,23 +469,9 @@ export function createPageCommitter(opts: {
         );
       const results = (await tx.exec()) as [Error | null, unknown][] | null;
       if (results === null) {
-        // A watched key moved: the fence (another replica, or the lease expired), a renewal of our
-        // own lease, or the known sinks (a replay): nothing was written.
-        if (fence) {
-          const [counter, lease] = await connection.mget(fence.tokenKey, fence.leaseKey);
-          const refusal = heldRefusal(fence.value, fence.token, lease ?? null, counter ?? null);
-          if (refusal) throw new LeaseFencedError(plan.source, `${refusal} (taken meanwhile)`);
-        }
-        if (catchUp) {
-          const now = await connection.hget(knownKey, catchUp.sink);
-          if (now !== String(catchUp.generation))
-            throw new CatchUpRefused(
-              plan.source,
-              catchUp.sink,
-              catchUp.generation,
-              now ? Number(now) : undefined,
-            );
-        }
+        // A watched key moved: the token counter (another replica took the lease), the known
+        // sinks (a replay) or a catch-up sink's position. Nothing was written; planned again, the
+        // checks before the MULTI say which it was.
         throw new CommitRaced(plan.source, await connection.hkeys(laggingKey(prefix, plan.source)));
       }
       // Scripts gone from this server (a restart, SCRIPT FLUSH): BullMQ's adds met NOSCRIPT, so the
