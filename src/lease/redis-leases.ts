@@ -98,6 +98,8 @@ export class RedisLeases {
   private timer: NodeJS.Timeout | undefined;
   private watchdog: NodeJS.Timeout | undefined;
   private tick: Promise<void> | undefined;
+  /** The wait for the connection every acquire begins with, shared while it lasts. */
+  private connecting: Promise<boolean> | undefined;
   private closed = false;
   private joined: Promise<void> | undefined;
 
@@ -146,8 +148,11 @@ export class RedisLeases {
   ): Promise<HeldRedisLease | undefined> {
     const { client, logger, what } = this.opts;
     this.startBeating();
-    // The connection does not queue commands while connecting: wait for it once, quietly.
-    await whenReady(client, 5_000);
+    // The connection does not queue commands while connecting: wait for it once, quietly. The
+    // shard consumers of a `work` process all start here together: one wait (one 'ready'
+    // listener) for all of them.
+    this.connecting ??= whenReady(client, 5_000).finally(() => (this.connecting = undefined));
+    await this.connecting;
     await this.join();
     let announced: string | undefined;
     for (;;) {
