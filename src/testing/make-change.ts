@@ -33,7 +33,7 @@ export function makeChange(overrides: Partial<Change> & { subjectId?: number } =
     event_type: 'title_updated',
     resource_type: 'title',
     operation: 'updated',
-    occurred_at: new Date(Date.UTC(2026, 10, 20, 10, 0, 0) + eventId).toISOString(),
+    occurred_at: fields.occurred_at ?? new Date(Date.UTC(2026, 10, 20, 10, 0, 0) + eventId).toISOString(),
     changes: ['name'],
     event_url: `${BASE}/api/events/${eventId}`,
     subject_url: subjectUrl,

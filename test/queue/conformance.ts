@@ -402,8 +402,11 @@ export function describeQueueDriverConformance(name: string, harness: DriverHarn
       const fast = new RecordingSink();
       const q = await open({ late, fast }, { max_backlog: 5, attempts: 10_000 });
       const producer = q.driver.producer!;
+      // Event ids near 2^53: the ids passed and seen again must stay apart, digit for digit, and
+      // the lost one be reported exactly (a Lua number keeps only 14 significant digits).
+      const big = Number.MAX_SAFE_INTEGER - 14;
       const pages = Array.from({ length: 5 }, (_, p) =>
-        Array.from({ length: 3 }, (_, i) => makeChange(`park-${p}-${i}`)),
+        Array.from({ length: 3 }, (_, i) => makeChange(`park-${p}-${i}`, big + 3 * p + i)),
       );
       // Pages 1-2 are queued for both (late: 6 waiting); page 3 parks `late` where page 3 began.
       for (const [i, page] of pages.slice(0, 4).entries()) {

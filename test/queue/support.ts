@@ -33,12 +33,13 @@ export function jobUrl(subject: string | number): string {
 }
 
 /**
- * A change of source `src` about job `subject`, with a fresh event id (unique within the test
- * process, increasing in build order). It occurred a second ago: the conformance suite expects an
+ * A change of source `src` about job `subject`, with `eventId` or a fresh event id (unique within
+ * the test process, increasing in build order). It occurred a second ago: the conformance suite expects an
  * end-to-end time of at least a second.
  */
-export function makeChange(subject: string | number): Change {
+export function makeChange(subject: string | number, eventId?: number): Change {
   return buildChange({
+    ...(eventId === undefined ? {} : { event_id: eventId }),
     source: 'src',
     occurred_at: new Date(Date.now() - 1_000).toISOString(),
     subject_url: jobUrl(subject),

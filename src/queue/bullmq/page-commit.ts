@@ -65,6 +65,9 @@ import { cursorFields, parseSeen } from './source-state.js';
 // changes queued per sink (JSON; counted in the backlog here), the sinks this page parks (sink →
 // its lagging entry) and passes (their ids) as JSON, the number of slices, the slices' name, the
 // lease TTL.
+// Event ids cross into Lua as strings and stay strings (set members, the lost ids' JSON): cjson
+// writes a Lua number with 14 significant digits, so an id above 10^14 would come back as another
+// (redis/redis#7520).
 // The lease is checked again here, inside the transaction, besides the WATCH: whatever happens to
 // the connection, a cursor moves only under the lease that read the page. It is checked as every
 // holder's write checks it (redis-scripts.ts HELD): a lease a Redis that lost its last writes
@@ -144,7 +147,7 @@ if ARGV[5] == '1' then
     local before = redis.call('HGET', KEYS[6], ARGV[2])
     if before then count = count + (cjson.decode(before).count or 0) end
     local ids = {}
-    for i = 1, math.min(#lost, tonumber(ARGV[9])) do ids[i] = tonumber(lost[i]) end
+    for i = 1, math.min(#lost, tonumber(ARGV[9])) do ids[i] = lost[i] end
     redis.call('HSET', KEYS[6], ARGV[2], cjson.encode({count = count, ids = ids, at = tonumber(ARGV[8])}))
   end
   return lost
@@ -410,7 +413,7 @@ export function createPageCommitter(opts: {
             String(catchUp.generation),
             JSON.stringify(entry),
             catchUp.join ? '1' : '0',
-            JSON.stringify(catchUp.eventIds),
+            JSON.stringify(catchUp.eventIds.map(String)),
             String(counted[sink] ?? 0),
             String(Date.now()),
             String(LOST_IDS_KEPT),
@@ -432,7 +435,7 @@ export function createPageCommitter(opts: {
         const lagArg = {
           park,
           pass,
-          ids: pass.map((sink) => lag!.passes.get(sink)!),
+          ids: pass.map((sink) => lag!.passes.get(sink)!.map(String)),
           max: MAX_PENDING_IDS,
         };
         queueScript(
