@@ -20,7 +20,8 @@ import { HELD } from '../../lease/redis-scripts.js';
 // command unless a newer token was handed out.
 // Sinks lagging past a rewind's new cursor go back to it (LaggingSinkRows.followCursor says why a
 // skip forward leaves them). A lagging entry's JSON is written by hand: Redis's cjson writes an
-// empty seenAbove as {}, and the values are numbers and a reason word of our own.
+// empty seenAbove as {} and a number with 14 significant digits (redis/redis#7520), too few for an
+// event id up to 2^53; the values are numbers and a reason word of our own.
 const SAVE_IF_HELD = luaScript(
   'save_if_held',
   `${HELD}
