@@ -471,8 +471,8 @@ export function createBullmqProducer(opts: BullmqProducerOptions): BullmqProduce
   function close(): Promise<void> {
     closed ??= (async () => {
       await Promise.allSettled(opened.map((q) => q.close()));
-      await closeRedis(commitConnection);
-      await closeRedis(connection);
+      // Together: on a frozen Redis each close waits out its own QUIT.
+      await Promise.allSettled([commitConnection, connection].map(closeRedis));
     })();
     return closed;
   }
