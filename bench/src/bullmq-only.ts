@@ -1,6 +1,6 @@
 // `node bench/dist/bullmq-only.js` (after `npm run build && tsc -p bench`): the scaled-mode part of
-// the benchmark, quickly: per service the local drain, then poll + 1 work and poll + 2 work on
-// BullMQ (each on a fresh Redis), BENCH_REPEATS times each (the median by CPU per event), and the
+// the benchmark, quickly: per service the local drain, poll + 1 work and poll + 2 work on BullMQ
+// (each on a fresh Redis), in BENCH_REPEATS rounds of one each (the median by CPU per event), and the
 // Redis memory of the backlog queued by poll alone; printed as `npm run bench`'s "scaled mode vs
 // local" block. With FEEDSYNC_BENCH_CLI naming another build's dist/cli.js it measures that build
 // the same way: two runs, one per build, compare a change to the scaled mode in minutes.
@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ServiceName } from '../../dist/sandbox/types.js';
 import { SandboxControl } from './control.js';
-import { medianByCpu, runDrain, type DrainMode, type DrainResult } from './drain.js';
+import { inRounds, medianByCpu, runDrain, type DrainMode, type DrainResult } from './drain.js';
 import { startSandboxProcess } from './procs.js';
 import {
   drainQueued,
@@ -45,26 +45,21 @@ try {
     { mode: 'bullmq', works: 2 },
   ];
   for (const service of SERVICES) {
-    for (const { mode, works } of drains) {
-      const runs: DrainResult[] = [];
-      for (let i = 0; i < repeats; i++) {
-        log(`drain ${modeLabel({ mode, works })} ${service} ${i + 1}/${repeats}`);
-        runs.push(
-          await runDrain({
-            mode,
-            works,
-            services: [service],
-            info,
-            control,
-            events,
-            dir: join(work, `${mode}${works ?? ''}-${service}-${i}`),
-            timeoutMs: 240_000,
-            pollIntervalMs: 1000,
-          }),
-        );
-      }
-      medians.push(medianByCpu(runs));
-    }
+    const runs = await inRounds(drains, repeats, ({ mode, works }, i) => {
+      log(`drain ${modeLabel({ mode, works })} ${service} ${i + 1}/${repeats}`);
+      return runDrain({
+        mode,
+        works,
+        services: [service],
+        info,
+        control,
+        events,
+        dir: join(work, `${mode}${works ?? ''}-${service}-${i}`),
+        timeoutMs: 240_000,
+        pollIntervalMs: 1000,
+      });
+    });
+    medians.push(...runs.map((r) => medianByCpu(r)));
     log(`redis memory: poll alone queues the ${service} backlog on a fresh Redis`);
     memory.push(
       await measureQueuedMemory({
@@ -77,25 +72,21 @@ try {
         pollIntervalMs: 1000,
       }),
     );
-    for (const works of [1, 2]) {
-      const runs: QueuedDrainResult[] = [];
-      for (let i = 0; i < repeats; i++) {
-        log(`work alone: ${works} work drain the ${service} backlog poll queued ${i + 1}/${repeats}`);
-        runs.push(
-          await drainQueued({
-            service,
-            works,
-            info,
-            control,
-            events: events[service] ?? [],
-            dir: join(work, `queued-${works}-${service}-${i}`),
-            timeoutMs: 240_000,
-            pollIntervalMs: 1000,
-          }),
-        );
-      }
+    const alone = await inRounds([1, 2], repeats, (works, i) => {
+      log(`work alone: ${works} work drain the ${service} backlog poll queued ${i + 1}/${repeats}`);
+      return drainQueued({
+        service,
+        works,
+        info,
+        control,
+        events: events[service] ?? [],
+        dir: join(work, `queued-${works}-${service}-${i}`),
+        timeoutMs: 240_000,
+        pollIntervalMs: 1000,
+      });
+    });
+    for (const runs of alone)
       queued.push(runs.sort((a, b) => a.seconds - b.seconds)[Math.floor((runs.length - 1) / 2)]!);
-    }
   }
 } finally {
   await child.stop();

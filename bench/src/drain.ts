@@ -170,6 +170,22 @@ export function medianByCpu<T extends Pick<DrainResult, 'cpuUsPerEvent' | 'cpuUs
   return byCpu[Math.floor((byCpu.length - 1) / 2)]!;
 }
 
+/**
+ * `repeats` rounds of one run of each of `plans`; the runs of each plan, in plan order. Rounds, not
+ * one plan's runs in a row: on a shared machine the load drifts over minutes, and a ratio of two
+ * plans is only fair if both met the same drift.
+ */
+export async function inRounds<P, R>(
+  plans: P[],
+  repeats: number,
+  once: (plan: P, round: number) => Promise<R>,
+): Promise<R[][]> {
+  const runs = plans.map((): R[] => []);
+  for (let round = 0; round < repeats; round++)
+    for (const [i, plan] of plans.entries()) runs[i]!.push(await once(plan, round));
+  return runs;
+}
+
 export async function runDrain(opts: DrainOptions): Promise<DrainResult> {
   if (opts.mode !== 'bullmq') return drainWith(opts);
   const redis = await startBenchRedis();

@@ -34,6 +34,8 @@ export interface BenchReport {
   redis_memory: RedisMemoryResult[];
   /** `work` alone on the backlog `poll` queued (issue 29: does a second `work` add anything). */
   queued_drains?: QueuedDrainResult[];
+  /** The local drains run in rounds with the scaled mode's (the reference of scaled_vs_local). */
+  scaled_reference?: Omit<DrainResult, 'output'>[];
   /** Issue 29's block: the scaled mode's drains, CPU and Redis memory against the local drain. */
   scaled_vs_local: ScaledVsLocal[];
   errors: string[];

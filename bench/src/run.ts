@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 import type { ServiceName } from '../../dist/sandbox/types.js';
 import { measureBareBullmq, type BareBullmqResult } from './bare-bullmq.js';
 import { SandboxControl } from './control.js';
-import { medianByCpu, runDrain, type DrainMode, type DrainResult } from './drain.js';
+import { inRounds, medianByCpu, runDrain, type DrainMode, type DrainResult } from './drain.js';
 import { measureLatency, type LatencyResult } from './latency.js';
 import { benchSource, measureRaw, planRequests, type RawResult, type RequestPlan } from './raw-limit.js';
 import { startBenchPostgres, type BenchPostgres } from './postgres.js';
@@ -96,6 +96,7 @@ async function drainPhase(work: string): Promise<{
   plans: Record<string, RequestPlan>;
   raw: RawResult[];
   drains: DrainResult[];
+  scaledReference: DrainResult[];
   profiles: CpuProfileRun[];
   bare?: BareBullmqResult;
   redisMemory: RedisMemoryResult[];
@@ -109,6 +110,8 @@ async function drainPhase(work: string): Promise<{
   const plans: Record<string, RequestPlan> = {};
   const raw: RawResult[] = [];
   const drains: DrainResult[] = [];
+  /** The local drains run in rounds with the scaled mode's: what scaled_vs_local holds it against. */
+  const scaledReference: DrainResult[] = [];
   const profiles: CpuProfileRun[] = [];
   const redisMemory: RedisMemoryResult[] = [];
   const queuedDrains: QueuedDrainResult[] = [];
@@ -155,34 +158,30 @@ async function drainPhase(work: string): Promise<{
       return r;
     };
     // The median of `repeats` runs by CPU per event: on a shared 2-core machine one run can be
-    // 15 % off either way. Every run's figures are kept in latest.json.
-    const drain = async (
-      mode: DrainMode,
-      service: ServiceName,
-      extra: { works?: number; postgresUrl?: string } = {},
-    ): Promise<void> => {
-      const runs: DrainResult[] = [];
-      for (let i = 0; i < cfg.repeats; i++)
-        runs.push(
-          await drainOnce(mode, service, join(work, `drain-${mode}${extra.works ?? ''}-${service}-${i}`), {
-            ...extra,
-            // Each postgres run starts from an empty mirror of its own.
-            ...(extra.postgresUrl ? { postgresSchema: `drain_${service}_${i}` } : {}),
-          }),
-        );
-      drains.push({
-        ...medianByCpu(runs),
-        runs: runs.map((r) => ({
-          seconds: r.seconds,
-          cpuUsPerEvent: r.cpuUsPerEvent,
-          ...(r.cpuUsPerEventWithRedis === undefined
+    // 15 % off either way. Drains compared with each other run in rounds (inRounds). Every run's
+    // figures are kept in latest.json.
+    type DrainPlan = { mode: DrainMode; works?: number; postgresUrl?: string };
+    const drain = async (service: ServiceName, plans: DrainPlan[]): Promise<DrainResult[]> => {
+      const runs = await inRounds(plans, cfg.repeats, ({ mode, ...extra }, i) =>
+        drainOnce(mode, service, join(work, `drain-${mode}${extra.works ?? ''}-${service}-${i}`), {
+          ...extra,
+          // Each postgres run starts from an empty mirror of its own.
+          ...(extra.postgresUrl ? { postgresSchema: `drain_${service}_${i}` } : {}),
+        }),
+      );
+      return runs.map((r) => ({
+        ...medianByCpu(r),
+        runs: r.map((x) => ({
+          seconds: x.seconds,
+          cpuUsPerEvent: x.cpuUsPerEvent,
+          ...(x.cpuUsPerEventWithRedis === undefined
             ? {}
-            : { cpuUsPerEventWithRedis: r.cpuUsPerEventWithRedis }),
-          complete: r.complete,
+            : { cpuUsPerEventWithRedis: x.cpuUsPerEventWithRedis }),
+          complete: x.complete,
         })),
-      });
+      }));
     };
-    for (const service of SERVICES) await drain('local', service);
+    for (const service of SERVICES) drains.push(...(await drain(service, [{ mode: 'local' }])));
     // Profiled after the timed drains, in runs of their own: the profiler slows the process down.
     for (const service of SERVICES) {
       try {
@@ -201,7 +200,8 @@ async function drainPhase(work: string): Promise<{
       postgres = await startBenchPostgres();
       postgresVersion = postgres.version;
       log(`postgres sink drains (${postgres.version.split(' on ')[0]}, durable defaults)`);
-      for (const service of SERVICES) await drain('postgres', service, { postgresUrl: postgres.url });
+      for (const service of SERVICES)
+        drains.push(...(await drain(service, [{ mode: 'postgres', postgresUrl: postgres.url }])));
     } catch (err) {
       errors.push(`postgres: ${String(err)}`);
     } finally {
@@ -209,8 +209,17 @@ async function drainPhase(work: string): Promise<{
     }
     try {
       // Issue 29: poll + 1 work against the local drain, and whether a second work adds to it. Each
-      // bullmq run has a fresh Redis of its own (runDrain).
-      for (const service of SERVICES) for (const works of [1, 2]) await drain('bullmq', service, { works });
+      // bullmq run has a fresh Redis of its own (runDrain). Held against a local drain run in the
+      // same rounds, not the one above, minutes earlier.
+      for (const service of SERVICES) {
+        const [local, ...bullmq] = await drain(service, [
+          { mode: 'local' },
+          { mode: 'bullmq', works: 1 },
+          { mode: 'bullmq', works: 2 },
+        ]);
+        scaledReference.push(local!);
+        drains.push(...bullmq);
+      }
       for (const service of SERVICES) {
         log(`redis memory: poll alone queues the ${service} backlog on a fresh Redis`);
         const m = await measureQueuedMemory({
@@ -264,7 +273,7 @@ async function drainPhase(work: string): Promise<{
   } finally {
     await child.stop();
   }
-  return { plans, raw, drains, profiles, bare, redisMemory, queuedDrains, errors };
+  return { plans, raw, drains, scaledReference, profiles, bare, redisMemory, queuedDrains, errors };
 }
 
 /** test/bench/results/cpu-profile-<service>.txt from a profiled local drain. */
@@ -395,7 +404,12 @@ async function main(): Promise<void> {
       memory: memory.map(({ output: _output, ...d }) => d),
       redis_memory: drain.redisMemory,
       queued_drains: drain.queuedDrains,
-      scaled_vs_local: scaledVsLocal(drain.drains, drain.redisMemory, drain.queuedDrains),
+      scaled_reference: drain.scaledReference.map(({ output: _output, ...d }) => d),
+      scaled_vs_local: scaledVsLocal(
+        [...drain.scaledReference, ...drain.drains],
+        drain.redisMemory,
+        drain.queuedDrains,
+      ),
       errors: drain.errors,
       targets: [],
       total_seconds: (Date.now() - started) / 1000,
