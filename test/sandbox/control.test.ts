@@ -97,6 +97,23 @@ describe('sandbox control API and JS API', () => {
     expect(notJson.status).toBe(400);
   });
 
+  it('setLatency delays every answer from then on; a bad value names latency_ms', async () => {
+    const timed = async (): Promise<number> => {
+      const started = performance.now();
+      await h.client.get(`${h.base.scheduling}/api/events`);
+      return performance.now() - started;
+    };
+    try {
+      h.sb.setLatency(300);
+      expect(await timed()).toBeGreaterThanOrEqual(290);
+    } finally {
+      h.sb.setLatency(0);
+    }
+    expect(await timed()).toBeLessThan(290);
+    expect(() => h.sb.setLatency(-1)).toThrow(/^latency_ms: must be a number >= 0, got -1/);
+    expect(() => h.sb.setLatency(Number.NaN)).toThrow(/^latency_ms: /);
+  });
+
   it('rejects invalid options with a typed error naming the option', async () => {
     const { startSandbox } = await import('../../src/sandbox/index.js');
     await expect(startSandbox({ faultRate: 1.5 })).rejects.toThrow(/^faultRate: /);
