@@ -15,8 +15,11 @@ const queue = {
 } as unknown as ConstructorParameters<typeof SliceJob>[0];
 afterEach(() => vi.restoreAllMocks());
 
+/** The job's data as Redis stores it and hands it back: the text of the bytes BullMQ sends. */
 function dataOf(changes: Change[]): string {
-  return new SliceJob(queue, 'slice', { changes }).asJSON().data;
+  const data: unknown = new SliceJob(queue, 'slice', { changes }).asJSON().data;
+  expect(Buffer.isBuffer(data), 'sent as bytes').toBe(true);
+  return (data as Buffer).toString('utf8');
 }
 
 function withSubject(id: number, subject: unknown): Change {
@@ -39,6 +42,15 @@ describe('slice job data', () => {
     expect(parsed.lengths).toEqual(changes.map((c) => JSON.stringify(c).length));
   });
 
+  it('is exactly the texts of the changes, comma-joined, then their lengths in UTF-16 units', () => {
+    for (const some of [changes, [changes[2]!]]) {
+      const texts = some.map((c) => JSON.stringify(c));
+      expect(dataOf(some)).toBe(
+        `{"changes":[${texts.join(',')}],"lengths":[${texts.map((t) => t.length).join(',')}]}`,
+      );
+    }
+  });
+
   it('reads back the same changes, each keeping its text: no change is serialised again', () => {
     const data = dataOf(changes);
     const read = readSlice(data) as ChangeSlice;
@@ -50,7 +62,7 @@ describe('slice job data', () => {
   });
 
   it('is what a BullMQ job read by SliceJob.fromJSON carries', () => {
-    const json = new SliceJob(queue, 'slice', { changes }).asJSON();
+    const json = { ...new SliceJob(queue, 'slice', { changes }).asJSON(), data: dataOf(changes) };
     const job = SliceJob.fromJSON<ChangeSlice>(queue, json, 'id-1');
     expect(job).toBeInstanceOf(SliceJob);
     expect(job.id).toBe('id-1');
