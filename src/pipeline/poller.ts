@@ -437,13 +437,18 @@ function pickFresh(
   before: FeedEvent[],
 ): FeedEvent[] {
   const queuedAbove = new Set(position.seenAbove);
-  const pending = new Map(before.map((e) => [e.id, e]));
+  // Built only for an event listed again: most pages have none, and the pages waiting for their
+  // commit can hold hundreds of events.
+  let pending: Map<number, FeedEvent> | undefined;
+  const pendingOf = (id: number) => (pending ??= new Map(before.map((e) => [e.id, e]))).get(id);
   const fresh: FeedEvent[] = [];
   for (const e of listed) {
     const queued =
-      e.id > position.cursor ? queuedAbove.has(e.id) : state.recent.has(e.id) || pending.has(e.id);
+      e.id > position.cursor
+        ? queuedAbove.has(e.id)
+        : state.recent.has(e.id) || pendingOf(e.id) !== undefined;
     if (queued) {
-      reportRelisted(deps, state, e, pending.get(e.id), url);
+      reportRelisted(deps, state, e, pendingOf(e.id), url);
       continue;
     }
     if (e.id > position.cursor) {
