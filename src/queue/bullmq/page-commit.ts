@@ -400,7 +400,7 @@ export function createPageCommitter(opts: {
           [
             fence?.leaseKey ?? knownKey,
             knownKey,
-            laggingKey(prefix, plan.source),
+            lagKey,
             parkedIdsKey(prefix, plan.source, sink),
             backlogKey(tag),
             lostKey(prefix, plan.source),
@@ -446,7 +446,7 @@ export function createPageCommitter(opts: {
             commitStatsKey(tag),
             fence?.leaseKey ?? stateKey,
             backlogKey(tag),
-            laggingKey(prefix, plan.source),
+            lagKey,
             knownKey,
             fence?.tokenKey ?? stateKey,
             ...pass.map((sink) => parkedIdsKey(prefix, plan.source, sink)),
@@ -475,7 +475,7 @@ export function createPageCommitter(opts: {
         // A watched key moved: the token counter (another replica took the lease), the known
         // sinks (a replay) or a catch-up sink's position. Nothing was written; planned again, the
         // checks before the MULTI say which it was.
-        throw new CommitRaced(plan.source, await connection.hkeys(laggingKey(prefix, plan.source)));
+        throw new CommitRaced(plan.source, await connection.hkeys(lagKey));
       }
       // Scripts gone from this server (a restart, SCRIPT FLUSH): BullMQ's adds met NOSCRIPT, so the
       // cursor script (sent as text, scripts.ts) found the jobs missing: nothing moved.
